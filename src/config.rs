@@ -1,0 +1,625 @@
+//! Configuration: the `serve` flags (kube-apiserver's names) and the equivalent YAML file
+//! (camelCase), merged with flags winning, then validated into one [`Config`] before any port
+//! is bound. Every problem names the flag or the file and field. Relative paths in the file
+//! are relative to the file.
+
+use clap::Args;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+/// The flags of `apigw serve` and `apigw check`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Flags {
+    /// YAML config file with the same settings in camelCase; flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 0.0.0.0].
+    #[arg(long)]
+    pub bind_address: Option<IpAddr>,
+    /// Port to listen on [default: 8443].
+    #[arg(long)]
+    pub secure_port: Option<u16>,
+    /// Serving certificate (PEM, chain allowed); reloaded when it changes.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA bundle for user client certificates: user = CN, groups = every O.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Static tokens, kube CSV: token,user,uid,"group1,group2".
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// Serve requests without credentials as system:anonymous.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub anonymous_auth: Option<bool>,
+    /// CA of front proxies whose identity headers are trusted.
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Front-proxy certificate CNs allowed (comma list); empty allows any from the CA.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers holding the user name [default: X-Remote-User].
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers holding groups [default: X-Remote-Group].
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+    /// Header prefixes holding extra attributes [default: X-Remote-Extra-].
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Certificate presented to addon servers; reloaded when it changes.
+    #[arg(long)]
+    pub proxy_client_cert_file: Option<PathBuf>,
+    /// Key of the proxy client certificate.
+    #[arg(long)]
+    pub proxy_client_key_file: Option<PathBuf>,
+    /// Directory of APIService manifests, watched for changes.
+    #[arg(long)]
+    pub apiservice_dir: Option<PathBuf>,
+    /// Static service resolution NAME:PORT=ADDR:PORT (repeatable); TLS still verifies NAME.
+    #[arg(long)]
+    pub resolve: Vec<String>,
+    /// CA for backends whose APIService has no caBundle [default: the system roots].
+    #[arg(long)]
+    pub service_ca_file: Option<PathBuf>,
+    /// Main API server for everything not aggregated and for Local APIServices.
+    #[arg(long)]
+    pub delegate_url: Option<String>,
+    /// CA bundle to verify the delegate's serving certificate.
+    #[arg(long)]
+    pub delegate_ca_file: Option<PathBuf>,
+    /// Read APIServices from a cluster (not supported yet).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny [default: AlwaysAllow].
+    #[arg(long, value_delimiter = ',')]
+    pub authorization_mode: Vec<String>,
+    /// RBAC policy file (for --authorization-mode=RBAC).
+    #[arg(long)]
+    pub authorization_policy_file: Option<PathBuf>,
+}
+
+/// The YAML file: the same settings as [`Flags`], camelCase.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct File {
+    bind_address: Option<IpAddr>,
+    secure_port: Option<u16>,
+    tls_cert_file: Option<PathBuf>,
+    tls_private_key_file: Option<PathBuf>,
+    client_ca_file: Option<PathBuf>,
+    token_auth_file: Option<PathBuf>,
+    anonymous_auth: Option<bool>,
+    requestheader_client_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    requestheader_allowed_names: Vec<String>,
+    #[serde(default)]
+    requestheader_username_headers: Vec<String>,
+    #[serde(default)]
+    requestheader_group_headers: Vec<String>,
+    #[serde(default)]
+    requestheader_extra_headers_prefix: Vec<String>,
+    proxy_client_cert_file: Option<PathBuf>,
+    proxy_client_key_file: Option<PathBuf>,
+    apiservice_dir: Option<PathBuf>,
+    #[serde(default)]
+    resolve: BTreeMap<String, String>,
+    service_ca_file: Option<PathBuf>,
+    delegate_url: Option<String>,
+    delegate_ca_file: Option<PathBuf>,
+    kubeconfig: Option<PathBuf>,
+    #[serde(default)]
+    authorization_mode: Vec<String>,
+    authorization_policy_file: Option<PathBuf>,
+}
+
+/// How requests are authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthzMode {
+    AlwaysAllow,
+    AlwaysDeny,
+}
+
+/// Front-proxy (request header) authentication settings.
+#[derive(Debug, Clone)]
+pub struct RequestHeader {
+    pub client_ca: PathBuf,
+    pub allowed_names: Vec<String>,
+    pub username_headers: Vec<String>,
+    pub group_headers: Vec<String>,
+    pub extra_prefixes: Vec<String>,
+}
+
+/// The main API server requests go to when no APIService claims them.
+#[derive(Debug, Clone)]
+pub struct Delegate {
+    pub host: String,
+    pub port: u16,
+    pub ca_file: Option<PathBuf>,
+}
+
+/// The validated configuration of a gateway.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub anonymous: bool,
+    pub request_header: Option<RequestHeader>,
+    pub proxy_client: Option<(PathBuf, PathBuf)>,
+    pub apiservice_dir: Option<PathBuf>,
+    /// `NAME:PORT` -> address to connect to instead of resolving NAME.
+    pub resolve: BTreeMap<(String, u16), SocketAddr>,
+    pub service_ca: Option<PathBuf>,
+    pub delegate: Option<Delegate>,
+    pub authorization: Vec<AuthzMode>,
+}
+
+/// One configuration problem: where (a flag, or file and field) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub at: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+/// Where a setting came from, for error messages.
+struct Origin<'a> {
+    file: Option<&'a Path>,
+}
+
+impl Origin<'_> {
+    /// Names a setting: `--flag-name` or `file.yaml: camelName`.
+    fn name(&self, flag: &str, from_file: bool) -> String {
+        match (from_file, self.file) {
+            (true, Some(file)) => format!("{}: {}", file.display(), camel(flag)),
+            _ => format!("--{flag}"),
+        }
+    }
+}
+
+fn camel(flag: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in flag.chars() {
+        if c == '-' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl Config {
+    /// Reads the file named by `--config` (if any), applies the flags over it, and validates.
+    pub fn load(flags: &Flags) -> Result<Self, Vec<ConfigError>> {
+        let (file, base) = match &flags.config {
+            Some(path) => (read_file(path)?, path.parent().map(Path::to_path_buf)),
+            None => (File::default(), None),
+        };
+        let origin = Origin {
+            file: flags.config.as_deref(),
+        };
+        merge(flags, file, base.as_deref(), &origin)
+    }
+}
+
+fn read_file(path: &Path) -> Result<File, Vec<ConfigError>> {
+    let at = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError {
+            at: at.clone(),
+            message: e.to_string(),
+        }]
+    })?;
+    serde_yaml_ng::from_str::<Option<File>>(&text)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| {
+            vec![ConfigError {
+                at,
+                message: e.to_string(),
+            }]
+        })
+}
+
+/// The flag value if given, else the file's (made relative to the file's directory).
+fn path_setting(
+    flag: &Option<PathBuf>,
+    file: Option<PathBuf>,
+    base: Option<&Path>,
+) -> (Option<PathBuf>, bool) {
+    match (flag, file) {
+        (Some(p), _) => (Some(p.clone()), false),
+        (None, Some(p)) => (Some(base.map_or(p.clone(), |b| b.join(&p))), true),
+        (None, None) => (None, false),
+    }
+}
+
+fn list_setting(flag: &[String], file: Vec<String>) -> Vec<String> {
+    let chosen = if flag.is_empty() { file } else { flag.to_vec() };
+    chosen
+        .into_iter()
+        .filter(|s| !s.trim().is_empty())
+        .collect()
+}
+
+fn merge(
+    flags: &Flags,
+    file: File,
+    base: Option<&Path>,
+    origin: &Origin,
+) -> Result<Config, Vec<ConfigError>> {
+    let mut problems = Vec::new();
+    let mut problem = |at: String, message: String| problems.push(ConfigError { at, message });
+
+    let mut required_file =
+        |flag: &str, value: (Option<PathBuf>, bool), required: bool| -> Option<PathBuf> {
+            match value {
+                (Some(p), from_file) => {
+                    if !p.is_file() {
+                        problem(
+                            origin.name(flag, from_file),
+                            format!("{}: no such file", p.display()),
+                        );
+                    }
+                    Some(p)
+                }
+                (None, _) if required => {
+                    problem(format!("--{flag}"), "is required".into());
+                    None
+                }
+                (None, _) => None,
+            }
+        };
+    let tls_cert = required_file(
+        "tls-cert-file",
+        path_setting(&flags.tls_cert_file, file.tls_cert_file, base),
+        true,
+    );
+    let tls_key = required_file(
+        "tls-private-key-file",
+        path_setting(&flags.tls_private_key_file, file.tls_private_key_file, base),
+        true,
+    );
+    let client_ca = required_file(
+        "client-ca-file",
+        path_setting(&flags.client_ca_file, file.client_ca_file, base),
+        false,
+    );
+    let token_file = required_file(
+        "token-auth-file",
+        path_setting(&flags.token_auth_file, file.token_auth_file, base),
+        false,
+    );
+    let rh_ca = required_file(
+        "requestheader-client-ca-file",
+        path_setting(
+            &flags.requestheader_client_ca_file,
+            file.requestheader_client_ca_file,
+            base,
+        ),
+        false,
+    );
+    let proxy_cert = required_file(
+        "proxy-client-cert-file",
+        path_setting(
+            &flags.proxy_client_cert_file,
+            file.proxy_client_cert_file,
+            base,
+        ),
+        false,
+    );
+    let proxy_key = required_file(
+        "proxy-client-key-file",
+        path_setting(
+            &flags.proxy_client_key_file,
+            file.proxy_client_key_file,
+            base,
+        ),
+        false,
+    );
+    let service_ca = required_file(
+        "service-ca-file",
+        path_setting(&flags.service_ca_file, file.service_ca_file, base),
+        false,
+    );
+    let delegate_ca = required_file(
+        "delegate-ca-file",
+        path_setting(&flags.delegate_ca_file, file.delegate_ca_file, base),
+        false,
+    );
+    let (apiservice_dir, dir_from_file) =
+        path_setting(&flags.apiservice_dir, file.apiservice_dir, base);
+
+    let mut problems_after = Vec::new();
+    let mut later = |at: String, message: String| problems_after.push(ConfigError { at, message });
+    if let Some(dir) = &apiservice_dir {
+        if !dir.is_dir() {
+            later(
+                origin.name("apiservice-dir", dir_from_file),
+                format!("{}: no such directory", dir.display()),
+            );
+        }
+    }
+    let proxy_client = match (proxy_cert, proxy_key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => {
+            later(
+                "--proxy-client-cert-file".into(),
+                "and --proxy-client-key-file must be set together".into(),
+            );
+            None
+        }
+    };
+    let rh_list = |flag: &[String], file: Vec<String>, default: &str| {
+        let v = list_setting(flag, file);
+        if v.is_empty() {
+            vec![default.to_string()]
+        } else {
+            v
+        }
+    };
+    let request_header = rh_ca.map(|client_ca| RequestHeader {
+        client_ca,
+        allowed_names: list_setting(
+            &flags.requestheader_allowed_names,
+            file.requestheader_allowed_names,
+        ),
+        username_headers: rh_list(
+            &flags.requestheader_username_headers,
+            file.requestheader_username_headers,
+            "X-Remote-User",
+        ),
+        group_headers: rh_list(
+            &flags.requestheader_group_headers,
+            file.requestheader_group_headers,
+            "X-Remote-Group",
+        ),
+        extra_prefixes: rh_list(
+            &flags.requestheader_extra_headers_prefix,
+            file.requestheader_extra_headers_prefix,
+            "X-Remote-Extra-",
+        ),
+    });
+
+    let mut resolve = BTreeMap::new();
+    let from_flags = !flags.resolve.is_empty();
+    let entries: Vec<(String, String)> = if from_flags {
+        flags
+            .resolve
+            .iter()
+            .map(|r| match r.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (r.clone(), String::new()),
+            })
+            .collect()
+    } else {
+        file.resolve.into_iter().collect()
+    };
+    for (name, addr) in entries {
+        match parse_resolve(&name, &addr) {
+            Ok((key, sa)) => {
+                resolve.insert(key, sa);
+            }
+            Err(m) => later(
+                origin.name("resolve", !from_flags),
+                format!("{name}={addr}: {m}"),
+            ),
+        }
+    }
+
+    let delegate = match flags.delegate_url.clone().or(file.delegate_url) {
+        Some(url) => match parse_https_url(&url) {
+            Ok((host, port)) => Some(Delegate {
+                host,
+                port,
+                ca_file: delegate_ca,
+            }),
+            Err(m) => {
+                later("--delegate-url".into(), format!("{url}: {m}"));
+                None
+            }
+        },
+        None => None,
+    };
+    if flags.kubeconfig.is_some() || file.kubeconfig.is_some() {
+        later(
+            "--kubeconfig".into(),
+            "cluster mode is not supported by this build yet; use --apiservice-dir".into(),
+        );
+    }
+    let mut authorization = Vec::new();
+    for mode in list_setting(&flags.authorization_mode, file.authorization_mode) {
+        match mode.as_str() {
+            "AlwaysAllow" => authorization.push(AuthzMode::AlwaysAllow),
+            "AlwaysDeny" => authorization.push(AuthzMode::AlwaysDeny),
+            "RBAC" | "Webhook" => later(
+                "--authorization-mode".into(),
+                format!("{mode} is not supported by this build yet (AlwaysAllow, AlwaysDeny)"),
+            ),
+            other => later(
+                "--authorization-mode".into(),
+                format!("unknown mode {other:?} (AlwaysAllow, AlwaysDeny)"),
+            ),
+        }
+    }
+    if authorization.is_empty() {
+        authorization.push(AuthzMode::AlwaysAllow);
+    }
+    let _ = flags
+        .authorization_policy_file
+        .as_ref()
+        .or(file.authorization_policy_file.as_ref());
+
+    problems.append(&mut problems_after);
+    let listen = SocketAddr::new(
+        flags
+            .bind_address
+            .or(file.bind_address)
+            .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        flags.secure_port.or(file.secure_port).unwrap_or(8443),
+    );
+    match (tls_cert, tls_key) {
+        (Some(tls_cert), Some(tls_key)) if problems.is_empty() => Ok(Config {
+            listen,
+            tls_cert,
+            tls_key,
+            client_ca,
+            token_file,
+            anonymous: flags
+                .anonymous_auth
+                .or(file.anonymous_auth)
+                .unwrap_or(false),
+            request_header,
+            proxy_client,
+            apiservice_dir,
+            resolve,
+            service_ca,
+            delegate,
+            authorization,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// Parses `NAME:PORT` and `ADDR:PORT` of a `--resolve` entry.
+fn parse_resolve(name: &str, addr: &str) -> Result<((String, u16), SocketAddr), String> {
+    let (host, port) = name.rsplit_once(':').ok_or("want NAME:PORT=ADDR:PORT")?;
+    let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
+    if host.is_empty() {
+        return Err("empty NAME".into());
+    }
+    let addr: SocketAddr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not ADDR:PORT (IPv6 as [::1]:443)"))?;
+    Ok(((host.to_ascii_lowercase(), port), addr))
+}
+
+/// Splits `https://host[:port][/]` into host and port (default 443).
+fn parse_https_url(url: &str) -> Result<(String, u16), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("{e}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err("must be an https:// URL".into());
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err("must not have a path".into());
+    }
+    let host = uri.host().ok_or("has no host")?;
+    Ok((
+        host.trim_matches(['[', ']']).to_string(),
+        uri.port_u16().unwrap_or(443),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(dir: &Path, name: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, "x").unwrap();
+        p
+    }
+
+    #[test]
+    fn file_paths_are_relative_to_the_file_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(dir.path(), "s.crt");
+        touch(dir.path(), "s.key");
+        std::fs::create_dir(dir.path().join("apis")).unwrap();
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(
+            &cfg,
+            "securePort: 9000\ntlsCertFile: s.crt\ntlsPrivateKeyFile: s.key\napiserviceDir: apis\nresolve: {\"a.b.svc:443\": \"127.0.0.1:9443\"}\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(cfg),
+            secure_port: Some(9100),
+            ..Default::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(c.listen.port(), 9100);
+        assert_eq!(c.tls_cert, dir.path().join("s.crt"));
+        assert_eq!(c.apiservice_dir, Some(dir.path().join("apis")));
+        assert_eq!(
+            c.resolve[&("a.b.svc".to_string(), 443)],
+            "127.0.0.1:9443".parse().unwrap()
+        );
+        assert_eq!(c.authorization, vec![AuthzMode::AlwaysAllow]);
+    }
+
+    #[test]
+    fn problems_name_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(
+            &cfg,
+            "tlsCertFile: missing.crt\nresolve: {\"nope\": \"x\"}\n",
+        )
+        .unwrap();
+        let errs = Config::load(&Flags {
+            config: Some(cfg.clone()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        let file = cfg.display().to_string();
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with(&format!("{file}: tlsCertFile: "))),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t == "--tls-private-key-file: is required"),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with(&format!("{file}: resolve: nope=x"))),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn unknown_file_fields_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(&cfg, "securePrt: 1\n").unwrap();
+        let errs = Config::load(&Flags {
+            config: Some(cfg),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(errs[0].message.contains("securePrt"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn resolve_and_delegate_parsing() {
+        assert!(parse_resolve("a.svc:443", "127.0.0.1:1").is_ok());
+        assert!(parse_resolve("a.svc:443", "[::1]:1").is_ok());
+        assert!(parse_resolve("a.svc", "127.0.0.1:1").is_err());
+        assert_eq!(
+            parse_https_url("https://10.0.0.1:6443").unwrap(),
+            ("10.0.0.1".into(), 6443)
+        );
+        assert!(parse_https_url("http://x").is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! apigw: a Kubernetes API aggregation gateway.
+//!
+//! One TLS front door authenticates clients, keeps a registry of `apiregistration.k8s.io/v1`
+//! APIServices, serves merged discovery, and proxies `/apis/<group>/<version>/...` to the addon
+//! API server of each APIService with the caller's identity in `X-Remote-*` headers.
+//!
+//! # Layout
+//! - [`config`]: flags and YAML merged into one validated [`config::Config`].
+//! - [`tls`]: serving and backend TLS configs, client-certificate verification, reloading certs.
+//! - [`authn`]: [`authn::Identity`] and the authenticators (request header, x509, token, anonymous).
+//! - [`authz`]: the authorization decision for an authenticated request.
+//! - [`registry`]: the APIService model, validation, manifest directory source, snapshots.
+//! - [`discovery`]: the ordering rules and the `/api`, `/apis`, `/apis/<group>` documents.
+//! - [`proxy`]: backend connections, identity headers, forwarding and streaming.
+//! - [`gateway`]: the request pipeline tying the above together.
+//! - [`server`]: the TLS accept loop and graceful drain.
+//! - [`certs`]: the dev PKI.
+//! - [`check`]: `apigw check`, validation without serving.
+//! - [`sample`]: the sample addon API server (`wardle.example.com` flunders).
+//! - [`dev`]: the zero-setup `apigw dev` mode.
+//! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
+
+pub mod authn;
+pub mod authz;
+pub mod body;
+pub mod certs;
+pub mod check;
+pub mod config;
+pub mod dev;
+pub mod discovery;
+pub mod errors;
+pub mod gateway;
+pub mod proxy;
+pub mod registry;
+pub mod sample;
+pub mod server;
+pub mod tls;
+
+/// Resolves on Ctrl-C or SIGTERM: the signal to stop accepting and drain.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutting down: draining connections");
+}

@@ -1,0 +1,150 @@
+//! The `apigw` command: parses the command line, sets up logging and the crypto provider, and
+//! hands over to the library. Configuration is validated before any port is bound.
+
+use anyhow::Context as _;
+use apigw::config::{Config, Flags};
+use clap::{Parser, Subcommand};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "apigw",
+    version,
+    about = "A Kubernetes API aggregation gateway"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Zero-setup local front door: dev PKI, gateway on 127.0.0.1:8443, sample addon server.
+    Dev(apigw::dev::DevArgs),
+    /// The production gateway.
+    Serve(Flags),
+    /// Certificates.
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
+    /// Load the config and every APIService; print each problem; exit 1 if any.
+    Check(Flags),
+    /// The sample addon API server (group wardle.example.com, resource flunders).
+    SampleApiserver(SampleArgs),
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// Write the dev PKI (never overwrites existing files unless --force).
+    Dev {
+        #[arg(long, default_value = "certs-dev")]
+        out: PathBuf,
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct SampleArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    #[arg(long, default_value_t = 9443)]
+    secure_port: u16,
+    /// Serving certificate (for wardle-server.wardle-namespace.svc).
+    #[arg(long, default_value = "certs-dev/wardle.crt")]
+    tls_cert_file: PathBuf,
+    #[arg(long, default_value = "certs-dev/wardle.key")]
+    tls_private_key_file: PathBuf,
+    /// CA of the gateway's proxy client certificate.
+    #[arg(long, default_value = "certs-dev/front-proxy-ca.crt")]
+    requestheader_client_ca_file: PathBuf,
+    /// Allowed proxy client CNs (comma list; empty allows any from the CA).
+    #[arg(long, value_delimiter = ',', default_value = "front-proxy-client")]
+    requestheader_allowed_names: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    apigw::tls::install_default_provider();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("apigw: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve(flags) => {
+            let cfg = config_or_exit(&flags)?;
+            runtime()?.block_on(async {
+                let listener = tokio::net::TcpListener::bind(cfg.listen)
+                    .await
+                    .with_context(|| format!("listening on {}", cfg.listen))?;
+                apigw::gateway::run(cfg, listener, apigw::shutdown_signal()).await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check(flags) => Ok(apigw::check::check(&flags)),
+        Command::Certs {
+            command: CertsCommand::Dev { out, force },
+        } => {
+            let report = apigw::certs::write_dev_pki(&apigw::certs::DevPkiOptions {
+                out,
+                force,
+                gateway_url: "https://127.0.0.1:8443".into(),
+            })?;
+            println!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::SampleApiserver(args) => {
+            let addr = SocketAddr::new(args.bind_address, args.secure_port);
+            let cfg = apigw::sample::SampleConfig {
+                cert: args.tls_cert_file,
+                key: args.tls_private_key_file,
+                front_proxy_ca: args.requestheader_client_ca_file,
+                allowed_names: args.requestheader_allowed_names,
+            };
+            runtime()?.block_on(async {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("listening on {addr}"))?;
+                tracing::info!(%addr, "sample-apiserver serving wardle.example.com/v1alpha1");
+                apigw::sample::run(listener, cfg, apigw::shutdown_signal()).await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dev(args) => {
+            runtime()?.block_on(apigw::dev::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn config_or_exit(flags: &Flags) -> anyhow::Result<Config> {
+    Config::load(flags).map_err(|problems| {
+        for p in &problems {
+            eprintln!("apigw: {p}");
+        }
+        anyhow::anyhow!("{} configuration problem(s)", problems.len())
+    })
+}

@@ -1,0 +1,250 @@
+//! Identity headers towards backends: strip everything a client could use to speak for
+//! someone else (credentials, impersonation, any `X-Remote-*`), then set the gateway's own
+//! `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` and the `X-Forwarded-*` trio. Hop-by-hop
+//! headers are dropped as any proxy must (RFC 9110 §7.6.1), except an upgrade's own.
+
+use crate::authn::Identity;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Removes hop-by-hop headers, including those named by `Connection`. With `upgrade`, keeps
+/// `Connection: Upgrade` and `Upgrade` so the backend sees the upgrade request.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        if !(upgrade && name == header::UPGRADE) {
+            headers.remove(&name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    } else {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// True for headers a client must never pass to a backend: credentials, impersonation and
+/// identity headers in any case (`is_extra` adds configured front-proxy header names).
+fn is_identity(name: &str, is_extra: &dyn Fn(&str) -> bool) -> bool {
+    name == "authorization"
+        || name.starts_with("impersonate-")
+        || name.starts_with("x-remote-")
+        || is_extra(name)
+}
+
+/// The request as it leaves for the backend.
+pub struct Forwarded<'a> {
+    pub identity: &'a Identity,
+    pub client_ip: IpAddr,
+    pub original_host: Option<HeaderValue>,
+}
+
+/// Strips, then sets, the identity and forwarding headers.
+pub fn set_identity(
+    headers: &mut HeaderMap,
+    fwd: &Forwarded<'_>,
+    is_extra: &(dyn Fn(&str) -> bool + Sync),
+) {
+    let stripped: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_identity(n.as_str(), is_extra))
+        .cloned()
+        .collect();
+    for name in &stripped {
+        headers.remove(name);
+    }
+    if !stripped.is_empty() {
+        let names: Vec<&str> = stripped.iter().map(HeaderName::as_str).collect();
+        tracing::debug!(headers = ?names, user = %fwd.identity.user, "stripped client identity headers");
+    }
+    headers.remove(header::HOST);
+
+    let id = fwd.identity;
+    append(headers, "x-remote-user", &id.user);
+    if let Some(uid) = &id.uid {
+        append(headers, "x-remote-uid", uid);
+    }
+    for group in &id.groups {
+        append(headers, "x-remote-group", group);
+    }
+    for (key, values) in &id.extra {
+        let name = format!("x-remote-extra-{}", escape_extra_key(key));
+        for value in values {
+            append(headers, &name, value);
+        }
+    }
+
+    let client = fwd.client_ip.to_string();
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prior) if !prior.trim().is_empty() => format!("{prior}, {client}"),
+        _ => client,
+    };
+    append_replace(headers, "x-forwarded-for", &xff);
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    match &fwd.original_host {
+        Some(host) => {
+            headers.insert("x-forwarded-host", host.clone());
+        }
+        None => {
+            headers.remove("x-forwarded-host");
+        }
+    }
+}
+
+fn append(headers: &mut HeaderMap, name: &str, value: &str) {
+    // Names are built from fixed prefixes and escaped keys; values that are not valid header
+    // text (control characters) cannot be sent and are dropped rather than mangled.
+    if let (Ok(name), Ok(value)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        headers.append(name, value);
+    } else {
+        tracing::warn!(
+            header = name,
+            "identity value not representable as a header; dropped"
+        );
+    }
+}
+
+fn append_replace(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    headers.remove(name);
+    append(headers, name, value);
+}
+
+/// Percent-encodes an extra key for use in a header name, as client-go does: token characters
+/// other than `%` stay, everything else becomes `%XX`.
+pub fn escape_extra_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        let token = b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b);
+        if token {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn strips_then_sets_identity() {
+        let mut h = map(&[
+            ("Authorization", "Bearer secret"),
+            ("X-Remote-User", "mallory"),
+            ("x-REMOTE-group", "system:masters"),
+            ("X-Remote-Extra-Scopes", "all"),
+            ("Impersonate-User", "root"),
+            ("Impersonate-Extra-Foo", "bar"),
+            ("X-Forwarded-For", "10.0.0.9"),
+            ("Accept", "application/json"),
+            ("Host", "gw.example.com"),
+        ]);
+        let mut id = Identity::new("alice", vec!["a".into(), "b".into()]);
+        id.uid = Some("u-1".into());
+        id.extra
+            .insert("example.com/team".into(), vec!["x".into(), "y".into()]);
+        let fwd = Forwarded {
+            identity: &id,
+            client_ip: "192.0.2.7".parse().unwrap(),
+            original_host: Some(HeaderValue::from_static("gw.example.com")),
+        };
+        set_identity(&mut h, &fwd, &|_| false);
+        let all =
+            |n: &str| -> Vec<&str> { h.get_all(n).iter().map(|v| v.to_str().unwrap()).collect() };
+        assert_eq!(all("x-remote-user"), ["alice"]);
+        assert_eq!(all("x-remote-uid"), ["u-1"]);
+        assert_eq!(all("x-remote-group"), ["a", "b"]);
+        assert_eq!(all("x-remote-extra-example.com%2Fteam"), ["x", "y"]);
+        assert!(all("x-remote-extra-scopes").is_empty());
+        assert!(h.get("authorization").is_none());
+        assert!(h.keys().all(|k| !k.as_str().starts_with("impersonate-")));
+        assert!(h.get("host").is_none());
+        assert_eq!(all("x-forwarded-for"), ["10.0.0.9, 192.0.2.7"]);
+        assert_eq!(all("x-forwarded-proto"), ["https"]);
+        assert_eq!(all("x-forwarded-host"), ["gw.example.com"]);
+        assert_eq!(all("accept"), ["application/json"]);
+    }
+
+    #[test]
+    fn configured_front_proxy_headers_are_stripped_too() {
+        let mut h = map(&[("X-Custom-User", "mallory")]);
+        let id = Identity::new("alice", vec![]);
+        let fwd = Forwarded {
+            identity: &id,
+            client_ip: "::1".parse().unwrap(),
+            original_host: None,
+        };
+        set_identity(&mut h, &fwd, &|n| n == "x-custom-user");
+        assert!(h.get("x-custom-user").is_none());
+    }
+
+    #[test]
+    fn hop_by_hop_removed_but_upgrade_kept_when_asked() {
+        let base = [
+            ("Connection", "keep-alive, Upgrade, X-Private"),
+            ("Upgrade", "websocket"),
+            ("X-Private", "1"),
+            ("Transfer-Encoding", "chunked"),
+            ("Sec-WebSocket-Protocol", "v4.channel.k8s.io"),
+        ];
+        let mut h = map(&base);
+        remove_hop_by_hop(&mut h, false);
+        assert!(
+            h.get("upgrade").is_none()
+                && h.get("connection").is_none()
+                && h.get("x-private").is_none()
+        );
+        assert!(h.get("transfer-encoding").is_none());
+        let mut h = map(&base);
+        remove_hop_by_hop(&mut h, true);
+        assert_eq!(h["upgrade"], "websocket");
+        assert_eq!(h["connection"], "Upgrade");
+        assert_eq!(h["sec-websocket-protocol"], "v4.channel.k8s.io");
+        assert!(h.get("x-private").is_none());
+    }
+
+    #[test]
+    fn extra_keys_escape_like_client_go() {
+        assert_eq!(escape_extra_key("scopes"), "scopes");
+        assert_eq!(
+            escape_extra_key("example.com/a b%"),
+            "example.com%2Fa%20b%25"
+        );
+    }
+}

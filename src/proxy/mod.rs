@@ -1,0 +1,314 @@
+//! Forwarding to addon API servers. Owns one pooled client per distinct backend (service name,
+//! port and trust), the request rewrite (identity headers, hop-by-hop headers, URI), streaming
+//! both ways, redirect refusal, and HTTP/1.1 upgrades spliced after a `101`.
+
+mod connector;
+mod headers;
+
+pub use connector::{ConnectError, Resolver};
+pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
+
+use crate::authn::Identity;
+use crate::body::{self, Body};
+use crate::errors::{chain, Status};
+use crate::registry::ApiService;
+use crate::tls::{backend_client_config, ProxyClientCert, Trust};
+use connector::Connector;
+use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::CertificateDer;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Identifies a backend: requests to the same key share a connection pool.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BackendKey {
+    host: String,
+    port: u16,
+    ca_bundle: Vec<u8>,
+    insecure: bool,
+}
+
+/// One backend: the name its certificate must carry, and its pooled clients.
+pub struct Backend {
+    host: String,
+    port: u16,
+    /// HTTP/2 when the backend offers it, else HTTP/1.1 keep-alive.
+    client: Client<Connector, Body>,
+    /// HTTP/1.1 only: upgrades (exec, attach, port-forward) never travel over h2.
+    upgrade_client: Client<Connector, Body>,
+}
+
+/// Shared proxy state.
+pub struct Proxy {
+    resolver: Arc<Resolver>,
+    proxy_cert: Option<ProxyClientCert>,
+    /// Trusted for APIServices without a caBundle (`--service-ca-file`, else system roots).
+    default_roots: Vec<CertificateDer<'static>>,
+    delegate: Option<Arc<Backend>>,
+    backends: Mutex<HashMap<BackendKey, Arc<Backend>>>,
+    /// Front-proxy header names (lowercase) to strip besides the standard ones.
+    extra_identity_headers: Vec<String>,
+}
+
+/// How the proxy is set up.
+pub struct ProxySettings {
+    pub resolver: Resolver,
+    pub proxy_cert: Option<ProxyClientCert>,
+    pub default_roots: Vec<CertificateDer<'static>>,
+    /// `(host, port, CA certificates)` of the delegate API server.
+    pub delegate: Option<(String, u16, Vec<CertificateDer<'static>>)>,
+    pub extra_identity_headers: Vec<String>,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Proxy {
+    pub fn new(settings: ProxySettings) -> Result<Self, Status> {
+        let resolver = Arc::new(settings.resolver);
+        let delegate = match settings.delegate {
+            Some((host, port, cas)) => Some(Arc::new(Backend::new(
+                host,
+                port,
+                Trust::Roots(&cas),
+                settings.proxy_cert.clone(),
+                resolver.clone(),
+            )?)),
+            None => None,
+        };
+        Ok(Self {
+            resolver,
+            proxy_cert: settings.proxy_cert,
+            default_roots: settings.default_roots,
+            delegate,
+            backends: Mutex::default(),
+            extra_identity_headers: settings
+                .extra_identity_headers
+                .into_iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        })
+    }
+
+    /// The delegate API server, if one is configured.
+    pub fn delegate(&self) -> Option<&Arc<Backend>> {
+        self.delegate.as_ref()
+    }
+
+    /// The backend of an APIService (the delegate for a `Local` one).
+    pub fn backend_for(&self, svc: &ApiService) -> Result<Arc<Backend>, Status> {
+        let Some(service) = &svc.service else {
+            return self.delegate.clone().ok_or_else(|| {
+                Status::service_unavailable(format!(
+                    "service unavailable: APIService {} is Local and no --delegate-url is set",
+                    svc.name
+                ))
+            });
+        };
+        let key = BackendKey {
+            host: service.host(),
+            port: service.port,
+            ca_bundle: svc.ca_bundle.clone(),
+            insecure: svc.insecure_skip_tls_verify,
+        };
+        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = backends.get(&key) {
+            return Ok(b.clone());
+        }
+        let cas;
+        let trust = if svc.insecure_skip_tls_verify {
+            Trust::Insecure
+        } else if svc.ca_bundle.is_empty() {
+            Trust::Roots(&self.default_roots)
+        } else {
+            cas = crate::tls::parse_certs(
+                &svc.ca_bundle,
+                &format!("APIService {} spec.caBundle", svc.name),
+            )
+            .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
+            Trust::Roots(&cas)
+        };
+        let backend = Arc::new(Backend::new(
+            key.host.clone(),
+            key.port,
+            trust,
+            self.proxy_cert.clone(),
+            self.resolver.clone(),
+        )?);
+        backends.insert(key, backend.clone());
+        Ok(backend)
+    }
+
+    /// Drops pools of backends no APIService uses any more.
+    pub fn retain(&self, live: &[&ApiService]) {
+        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        backends.retain(|k, _| {
+            live.iter().any(|s| {
+                s.service
+                    .as_ref()
+                    .is_some_and(|svc| svc.host() == k.host && svc.port == k.port)
+                    && s.ca_bundle == k.ca_bundle
+                    && s.insecure_skip_tls_verify == k.insecure
+            })
+        });
+    }
+
+    /// Forwards `req` from `client` as `identity` to `backend` and streams the answer back.
+    pub async fn forward(
+        &self,
+        backend: &Backend,
+        req: Request<Incoming>,
+        identity: &Identity,
+        client: SocketAddr,
+    ) -> Response<Body> {
+        let is_extra = |name: &str| self.extra_identity_headers.iter().any(|h| h == name);
+        backend.forward(req, identity, client, &is_extra).await
+    }
+}
+
+impl Backend {
+    fn new(
+        host: String,
+        port: u16,
+        trust: Trust<'_>,
+        proxy_cert: Option<ProxyClientCert>,
+        resolver: Arc<Resolver>,
+    ) -> Result<Self, Status> {
+        let what = format!("backend {host}:{port}");
+        let make = |alpn: &[&[u8]]| {
+            let trust = match &trust {
+                Trust::Roots(cas) => Trust::Roots(cas),
+                Trust::Insecure => Trust::Insecure,
+            };
+            let tls = backend_client_config(trust, proxy_cert.clone(), alpn, &what)
+                .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
+            let connector = Connector {
+                tls: Arc::new(tls),
+                resolver: resolver.clone(),
+                connect_timeout: CONNECT_TIMEOUT,
+            };
+            Ok::<_, Status>(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(64)
+                    .build(connector),
+            )
+        };
+        Ok(Self {
+            client: make(&[b"h2", b"http/1.1"])?,
+            upgrade_client: make(&[b"http/1.1"])?,
+            host,
+            port,
+        })
+    }
+
+    /// `https://<host>:<port>` followed by the request's path and query, byte for byte.
+    fn uri(&self, original: &Uri) -> Result<Uri, Status> {
+        let pq = original.path_and_query().map_or("/", |pq| pq.as_str());
+        Uri::builder()
+            .scheme("https")
+            .authority(format!("{}:{}", self.host, self.port))
+            .path_and_query(pq)
+            .build()
+            .map_err(|e| Status::bad_request(format!("cannot forward {pq}: {e}")))
+    }
+
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        identity: &Identity,
+        client: SocketAddr,
+        is_extra: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Response<Body> {
+        let upgrade = is_upgrade(&req);
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, incoming) = req.into_parts();
+        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        parts.uri = match self.uri(&parts.uri) {
+            Ok(uri) => uri,
+            Err(status) => return status.into_response(),
+        };
+        parts.version = Version::HTTP_11;
+        remove_hop_by_hop(&mut parts.headers, upgrade);
+        let fwd = Forwarded {
+            identity,
+            client_ip: client.ip(),
+            original_host,
+        };
+        set_identity(&mut parts.headers, &fwd, is_extra);
+        let out = Request::from_parts(parts, body::stream(incoming));
+        let pool = if upgrade {
+            &self.upgrade_client
+        } else {
+            &self.client
+        };
+        let mut res = match pool.request(out).await {
+            Ok(res) => res,
+            Err(e) => {
+                let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), chain);
+                tracing::warn!(backend = %self.host, error = %reason, "backend unreachable");
+                return Status::service_unavailable(format!(
+                    "error trying to reach service: {reason}"
+                ))
+                .into_response();
+            }
+        };
+        if res.status().is_redirection() && res.headers().contains_key(header::LOCATION) {
+            return Status::bad_gateway(
+                "the backend attempted to redirect this request, which is not permitted",
+            )
+            .into_response();
+        }
+        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client_upgrade) = client_upgrade else {
+                return Status::bad_gateway(
+                    "the backend switched protocols without an upgrade request",
+                )
+                .into_response();
+            };
+            let backend_upgrade = hyper::upgrade::on(&mut res);
+            tokio::spawn(splice(client_upgrade, backend_upgrade));
+            let (parts, _) = res.into_parts();
+            return Response::from_parts(parts, body::empty());
+        }
+        remove_hop_by_hop(res.headers_mut(), false);
+        res.map(body::stream)
+    }
+}
+
+/// True for an HTTP/1.1 `Connection: Upgrade` request (WebSocket, SPDY).
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Copies bytes both ways between an upgraded client and backend until either side closes.
+async fn splice(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+    let (client, backend) = match tokio::try_join!(client, backend) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade did not complete");
+            return;
+        }
+    };
+    let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+        tracing::debug!(error = %e, "upgraded stream ended with an error");
+    }
+}

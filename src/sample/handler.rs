@@ -1,0 +1,379 @@
+//! The sample server's REST surface: discovery (`/apis`, `/apis/wardle.example.com`,
+//! `/apis/wardle.example.com/v1alpha1`, aggregated discovery v2), and the flunder verbs mapped
+//! onto the [`Store`](super::store::Store), with JSON or Table responses and streaming watches.
+
+use super::store::{Event, API_VERSION, GROUP, KIND, RESOURCE, VERSION};
+use super::table::{accepts, table, wants_table};
+use super::{merge_patch, App, User};
+use crate::body::{self, Body};
+use crate::errors::{json_response, Status};
+use bytes::Bytes;
+use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const VERBS: [&str; 7] = [
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+/// kube-apiserver's limit on request bodies.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+type Result<T> = std::result::Result<T, Status>;
+
+/// What a path names.
+enum Route {
+    Apis,
+    Group,
+    Version,
+    Collection { ns: Option<String> },
+    Item { ns: String, name: String },
+}
+
+fn parse_route(path: &str) -> Option<Route> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let owned = |s: &str| s.to_string();
+    match segs.as_slice() {
+        ["apis"] => Some(Route::Apis),
+        ["apis", GROUP] => Some(Route::Group),
+        ["apis", GROUP, VERSION] => Some(Route::Version),
+        ["apis", GROUP, VERSION, RESOURCE] => Some(Route::Collection { ns: None }),
+        ["apis", GROUP, VERSION, "namespaces", ns, RESOURCE] => Some(Route::Collection {
+            ns: Some(owned(ns)),
+        }),
+        ["apis", GROUP, VERSION, "namespaces", ns, RESOURCE, name] => Some(Route::Item {
+            ns: owned(ns),
+            name: owned(name),
+        }),
+        _ => None,
+    }
+}
+
+/// Answers one authenticated request.
+pub(super) async fn route(
+    app: &App,
+    _user: &User,
+    req: Request<Incoming>,
+) -> Result<Response<Body>> {
+    let path = req.uri().path().to_string();
+    let route = parse_route(&path).ok_or_else(|| {
+        Status::not_found(format!(
+            "the server could not find the requested resource ({path})"
+        ))
+    })?;
+    let method = req.method().clone();
+    let query = parse_query(req.uri().query());
+    let read_only = method == Method::GET;
+    match route {
+        Route::Apis if read_only => Ok(apis(req.headers())),
+        Route::Group if read_only => Ok(json_response(&api_group())),
+        Route::Version if read_only => Ok(json_response(&resource_list())),
+        Route::Collection { ns } => collection(app, ns, &query, req).await,
+        Route::Item { ns, name } => item(app, &ns, &name, req).await,
+        _ => Err(not_allowed(&method)),
+    }
+}
+
+async fn collection(
+    app: &App,
+    ns: Option<String>,
+    query: &HashMap<String, String>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>> {
+    let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    match (req.method().clone(), ns) {
+        (Method::GET, ns) if is_watch => watch(app, ns, query, req.headers()),
+        (Method::GET, ns) => {
+            let (items, rv) = app.store.list(ns.as_deref());
+            if wants_table(req.headers()) {
+                return Ok(json_response(&table(&items, Some(rv))));
+            }
+            Ok(json_response(&json!({
+                "apiVersion": API_VERSION,
+                "kind": format!("{KIND}List"),
+                "metadata": {"resourceVersion": rv.to_string()},
+                "items": items,
+            })))
+        }
+        (Method::POST, Some(ns)) => {
+            let obj = read_object(req).await?;
+            let made = app.store.create(&ns, obj)?;
+            Ok(with_status(json_response(&made), StatusCode::CREATED))
+        }
+        (method, _) => Err(not_allowed(&method)),
+    }
+}
+
+async fn item(app: &App, ns: &str, name: &str, req: Request<Incoming>) -> Result<Response<Body>> {
+    let method = req.method().clone();
+    let as_table = method == Method::GET && wants_table(req.headers());
+    let obj = match method {
+        Method::GET => app.store.get(ns, name)?,
+        Method::PUT => {
+            let body = read_object(req).await?;
+            app.store.update(ns, name, |_| Ok(body))?
+        }
+        Method::PATCH => {
+            let patch = read_patch(req).await?;
+            app.store.update(ns, name, |current| {
+                let mut next = current.clone();
+                merge_patch(&mut next, &patch);
+                Ok(next)
+            })?
+        }
+        Method::DELETE => {
+            let gone = app.store.delete(ns, name)?;
+            return Ok(json_response(&deleted_status(name, &gone)));
+        }
+        method => return Err(not_allowed(&method)),
+    };
+    if as_table {
+        return Ok(json_response(&table(std::slice::from_ref(&obj), None)));
+    }
+    Ok(json_response(&obj))
+}
+
+/// The request body as a JSON (or YAML) value.
+async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
+    let (parts, body) = req.into_parts();
+    let bytes = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            Status::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("reading the request body: {e}"),
+            )
+        })?
+        .to_bytes();
+    let content_type = content_type(&parts.headers);
+    let value = if content_type.contains("yaml") {
+        serde_yaml_ng::from_slice(&bytes)
+            .map_err(|e| Status::bad_request(format!("invalid YAML body: {e}")))?
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Status::bad_request(format!("invalid JSON body: {e}")))?
+    };
+    Ok((parts.headers, value))
+}
+
+async fn read_object(req: Request<Incoming>) -> Result<Value> {
+    let (_, value) = read_body(req).await?;
+    if !value.is_object() {
+        return Err(Status::bad_request(format!(
+            "the body is not a {KIND} object"
+        )));
+    }
+    Ok(value)
+}
+
+/// A merge patch (or a strategic merge patch, applied as a merge patch).
+async fn read_patch(req: Request<Incoming>) -> Result<Value> {
+    let content_type = content_type(req.headers());
+    if !matches!(
+        content_type.as_str(),
+        "application/merge-patch+json" | "application/strategic-merge-patch+json"
+    ) {
+        return Err(Status::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+        )));
+    }
+    let (_, patch) = read_body(req).await?;
+    Ok(patch)
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .unwrap_or("application/json")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Streams events as newline-separated JSON, until the client leaves or `timeoutSeconds`.
+fn watch(
+    app: &App,
+    ns: Option<String>,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Result<Response<Body>> {
+    let since = match query.get("resourceVersion").filter(|v| !v.is_empty()) {
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        ),
+        None => None,
+    };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(1800);
+    let (initial, mut rx) = app.store.watch(ns.as_deref(), since)?;
+    let as_table = wants_table(headers);
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let forward = async {
+            for event in initial {
+                tx.send(encode_event(&event, as_table)).await.ok()?;
+            }
+            loop {
+                let event = rx.recv().await.ok()?;
+                if ns.as_ref().is_none_or(|ns| *ns == event.namespace) {
+                    tx.send(encode_event(&event, as_table)).await.ok()?;
+                }
+            }
+        };
+        let _: std::result::Result<Option<()>, _> =
+            tokio::time::timeout(Duration::from_secs(timeout), forward).await;
+    });
+    let mut res = Response::new(body::stream(ChannelBody(body_rx)));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Ok(res)
+}
+
+fn encode_event(event: &Event, as_table: bool) -> Bytes {
+    let object = if as_table {
+        table(std::slice::from_ref(&event.object), Some(event.rv))
+    } else {
+        event.object.clone()
+    };
+    let mut line = json!({"type": event.kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+/// A response body fed by a channel; ends when the sender is dropped.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
+    }
+}
+
+/// `/apis`: the legacy APIGroupList, or aggregated discovery v2 when asked for.
+fn apis(headers: &HeaderMap) -> Response<Body> {
+    if accepts(
+        headers,
+        "APIGroupDiscoveryList",
+        "apidiscovery.k8s.io",
+        "v2",
+    ) {
+        let mut res = json_response(&discovery_v2());
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+            ),
+        );
+        return res;
+    }
+    json_response(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}))
+}
+
+fn api_group() -> Value {
+    let version = json!({"groupVersion": API_VERSION, "version": VERSION});
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [version],
+        "preferredVersion": version,
+    })
+}
+
+fn resource_list() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": API_VERSION,
+        "resources": [{
+            "name": RESOURCE,
+            "singularName": "flunder",
+            "namespaced": true,
+            "kind": KIND,
+            "verbs": VERBS,
+            "shortNames": ["fl"],
+        }],
+    })
+}
+
+fn discovery_v2() -> Value {
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": [{
+            "metadata": {"name": GROUP},
+            "versions": [{
+                "version": VERSION,
+                "freshness": "Current",
+                "resources": [{
+                    "resource": RESOURCE,
+                    "responseKind": {"group": GROUP, "version": VERSION, "kind": KIND},
+                    "scope": "Namespaced",
+                    "singularResource": "flunder",
+                    "verbs": VERBS,
+                    "shortNames": ["fl"],
+                }],
+            }],
+        }],
+    })
+}
+
+/// What kube-apiserver answers for a deleted object that needed no graceful termination.
+fn deleted_status(name: &str, gone: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": name, "group": GROUP, "kind": RESOURCE, "uid": gone["metadata"]["uid"]},
+    })
+}
+
+fn not_allowed(method: &Method) -> Status {
+    Status::method_not_allowed(format!(
+        "the server does not allow this method on the requested resource ({method})"
+    ))
+}
+
+fn with_status(mut res: Response<Body>, status: StatusCode) -> Response<Body> {
+    *res.status_mut() = status;
+    res
+}
+
+/// Query parameters, percent-decoded; the last of repeated keys wins.
+fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}

@@ -1,0 +1,524 @@
+//! In-memory flunder storage with kube-apiserver semantics: objects keyed by (namespace, name),
+//! one global resourceVersion counter, server-set metadata (uid, creationTimestamp, generation),
+//! optimistic concurrency on update, and a bounded event history that feeds watches.
+
+use crate::errors::Status;
+use http::StatusCode;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+pub const GROUP: &str = "wardle.example.com";
+pub const VERSION: &str = "v1alpha1";
+pub const API_VERSION: &str = "wardle.example.com/v1alpha1";
+pub const KIND: &str = "Flunder";
+pub const RESOURCE: &str = "flunders";
+
+/// How many past events a watch may resume from.
+const HISTORY: usize = 1000;
+
+/// One change, as a watch reports it.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub object: Value,
+}
+
+/// The flunders of one sample server.
+pub struct Store {
+    inner: Mutex<Inner>,
+    events: broadcast::Sender<Event>,
+}
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    items: BTreeMap<(String, String), Value>,
+    history: VecDeque<Event>,
+    /// Every event with a larger resourceVersion is still in `history`.
+    history_floor: u64,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            events: broadcast::channel(HISTORY).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the map consistent (every write is one insert).
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stores a new object in `ns`; `obj` must already carry a name or a generateName.
+    pub fn create(&self, ns: &str, mut obj: Value) -> Result<Value, Status> {
+        check_object(ns, &obj)?;
+        let mut inner = self.lock();
+        let name = match meta_str(&obj, "name") {
+            Some(name) => name.to_string(),
+            None => generated_name(&inner, ns, &obj)?,
+        };
+        check_name(&name)?;
+        let key = (ns.to_string(), name.clone());
+        if inner.items.contains_key(&key) {
+            return Err(already_exists(&name));
+        }
+        inner.rv += 1;
+        let meta = metadata_mut(&mut obj);
+        meta.insert("name".into(), json!(name));
+        meta.insert("namespace".into(), json!(ns));
+        meta.insert("uid".into(), json!(new_uid()?));
+        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("resourceVersion".into(), json!(inner.rv.to_string()));
+        meta.insert("generation".into(), json!(1));
+        set_type(&mut obj);
+        inner.items.insert(key, obj.clone());
+        self.record(&mut inner, "ADDED", ns, &obj);
+        Ok(obj)
+    }
+
+    pub fn get(&self, ns: &str, name: &str) -> Result<Value, Status> {
+        let inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        inner
+            .items
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(name))
+    }
+
+    /// The objects of `ns` (every namespace when `None`), and the list's resourceVersion.
+    pub fn list(&self, ns: Option<&str>) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .items
+            .iter()
+            .filter(|((item_ns, _), _)| ns.is_none_or(|ns| ns == item_ns))
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        (items, inner.rv)
+    }
+
+    /// Replaces an object with what `change` makes of the current one. A resourceVersion in the
+    /// result that is not the current one is a conflict; server-set metadata is kept.
+    pub fn update(
+        &self,
+        ns: &str,
+        name: &str,
+        change: impl FnOnce(&Value) -> Result<Value, Status>,
+    ) -> Result<Value, Status> {
+        let mut inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let current = inner.items.get(&key).ok_or_else(|| not_found(name))?;
+        let mut obj = change(current)?;
+        check_object(ns, &obj)?;
+        check_update(current, &obj, name)?;
+        let spec_changed = current.get("spec") != obj.get("spec");
+        let mut meta = current
+            .get("metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let generation = meta["generation"].as_i64().unwrap_or(1) + i64::from(spec_changed);
+        inner.rv += 1;
+        let user_meta = metadata_mut(&mut obj);
+        for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+            match user_meta.remove(field) {
+                Some(value) => meta[field] = value,
+                None => {
+                    meta.as_object_mut().map(|m| m.remove(field));
+                }
+            }
+        }
+        meta["generation"] = json!(generation);
+        meta["resourceVersion"] = json!(inner.rv.to_string());
+        obj["metadata"] = meta;
+        set_type(&mut obj);
+        inner.items.insert(key, obj.clone());
+        self.record(&mut inner, "MODIFIED", ns, &obj);
+        Ok(obj)
+    }
+
+    /// Removes an object and returns it as it was last stored.
+    pub fn delete(&self, ns: &str, name: &str) -> Result<Value, Status> {
+        let mut inner = self.lock();
+        let key = (ns.to_string(), name.to_string());
+        let mut obj = inner.items.remove(&key).ok_or_else(|| not_found(name))?;
+        inner.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+        self.record(&mut inner, "DELETED", ns, &obj);
+        Ok(obj)
+    }
+
+    /// Starts a watch of `ns` (every namespace when `None`). Without `since` (or with 0) the
+    /// current objects come first as `ADDED`; otherwise the events after `since`. The receiver
+    /// carries every later event, of every namespace.
+    pub fn watch(
+        &self,
+        ns: Option<&str>,
+        since: Option<u64>,
+    ) -> Result<(Vec<Event>, broadcast::Receiver<Event>), Status> {
+        let inner = self.lock();
+        let rx = self.events.subscribe();
+        let wanted = |event_ns: &str| ns.is_none_or(|ns| ns == event_ns);
+        let initial = match since.filter(|rv| *rv > 0) {
+            None => inner
+                .items
+                .iter()
+                .filter(|((item_ns, _), _)| wanted(item_ns))
+                .map(|((item_ns, _), obj)| Event {
+                    rv: inner.rv,
+                    kind: "ADDED",
+                    namespace: item_ns.clone(),
+                    object: obj.clone(),
+                })
+                .collect(),
+            Some(rv) if rv < inner.history_floor => {
+                return Err(Status::new(
+                    StatusCode::GONE,
+                    "Expired",
+                    format!("too old resource version: {rv} ({})", inner.history_floor),
+                ))
+            }
+            Some(rv) => inner
+                .history
+                .iter()
+                .filter(|e| e.rv > rv && wanted(&e.namespace))
+                .cloned()
+                .collect(),
+        };
+        Ok((initial, rx))
+    }
+
+    fn record(&self, inner: &mut Inner, kind: &'static str, ns: &str, obj: &Value) {
+        let event = Event {
+            rv: inner.rv,
+            kind,
+            namespace: ns.to_string(),
+            object: obj.clone(),
+        };
+        if inner.history.len() == HISTORY {
+            if let Some(old) = inner.history.pop_front() {
+                inner.history_floor = old.rv;
+            }
+        }
+        inner.history.push_back(event.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = self.events.send(event);
+    }
+}
+
+/// The body must be a Flunder object of this namespace.
+fn check_object(ns: &str, obj: &Value) -> Result<(), Status> {
+    if !obj.is_object() {
+        return Err(Status::bad_request("the body is not a JSON object"));
+    }
+    if let Some(kind) = obj.get("kind").filter(|k| !k.is_null()) {
+        if kind != KIND {
+            return Err(Status::bad_request(format!(
+                "the kind {kind} does not match the expected kind {KIND}"
+            )));
+        }
+    }
+    if let Some(av) = obj.get("apiVersion").filter(|v| !v.is_null()) {
+        if av != API_VERSION {
+            return Err(Status::bad_request(format!(
+                "the apiVersion {av} does not match the expected {API_VERSION}"
+            )));
+        }
+    }
+    match obj.get("metadata") {
+        None | Some(Value::Object(_)) => {}
+        Some(_) => return Err(Status::bad_request("metadata must be an object")),
+    }
+    match meta_str(obj, "namespace") {
+        Some(body_ns) if body_ns != ns => Err(Status::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The name may not change, and a stated resourceVersion or uid must be the current one.
+fn check_update(current: &Value, obj: &Value, name: &str) -> Result<(), Status> {
+    if let Some(body_name) = meta_str(obj, "name") {
+        if body_name != name {
+            return Err(Status::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    for field in ["resourceVersion", "uid"] {
+        if let Some(stated) = meta_str(obj, field).filter(|s| !s.is_empty()) {
+            if Some(stated) != meta_str(current, field) {
+                return Err(Status::conflict(format!(
+                    "Operation cannot be fulfilled on {RESOURCE}.{GROUP} \"{name}\": the object has \
+                     been modified; please apply your changes to the latest version and try again"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A DNS-1123 subdomain, as object names must be.
+fn check_name(name: &str) -> Result<(), Status> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if name.len() <= 253
+        && name.chars().all(ok_char)
+        && ends_ok(name.chars().next())
+        && ends_ok(name.chars().last())
+    {
+        return Ok(());
+    }
+    Err(Status::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!(
+            "{KIND}.{GROUP} \"{name}\" is invalid: metadata.name: Invalid value: \"{name}\": a \
+             lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' \
+             or '.', and must start and end with an alphanumeric character"
+        ),
+    ))
+}
+
+fn generated_name(inner: &Inner, ns: &str, obj: &Value) -> Result<String, Status> {
+    let Some(prefix) = meta_str(obj, "generateName").filter(|p| !p.is_empty()) else {
+        return Err(Status::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("{KIND}.{GROUP} is invalid: metadata.name: Required value: name or generateName is required"),
+        ));
+    };
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    for _ in 0..16 {
+        let mut bytes = [0u8; 5];
+        fill_random(&mut bytes)?;
+        let suffix: String = bytes
+            .iter()
+            .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+            .collect();
+        let name = format!("{prefix}{suffix}");
+        if !inner.items.contains_key(&(ns.to_string(), name.clone())) {
+            return Ok(name);
+        }
+    }
+    Err(Status::new(
+        StatusCode::CONFLICT,
+        "AlreadyExists",
+        format!("no unused name found for generateName {prefix:?}"),
+    ))
+}
+
+fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+/// The object's metadata map, created if missing. `obj` is known to be an object.
+fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    match &mut obj["metadata"] {
+        Value::Object(map) => map,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+fn set_type(obj: &mut Value) {
+    obj["apiVersion"] = json!(API_VERSION);
+    obj["kind"] = json!(KIND);
+}
+
+pub fn not_found(name: &str) -> Status {
+    Status::not_found(format!("{RESOURCE}.{GROUP} \"{name}\" not found"))
+}
+
+fn already_exists(name: &str) -> Status {
+    Status::new(
+        StatusCode::CONFLICT,
+        "AlreadyExists",
+        format!("{RESOURCE}.{GROUP} \"{name}\" already exists"),
+    )
+}
+
+fn fill_random(buf: &mut [u8]) -> Result<(), Status> {
+    crate::tls::provider()
+        .secure_random
+        .fill(buf)
+        .map_err(|e| Status::internal(format!("random generator failed: {e:?}")))
+}
+
+/// A random (version 4) UUID.
+fn new_uid() -> Result<String, Status> {
+    let mut b = [0u8; 16];
+    fill_random(&mut b)?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
+}
+
+/// Now, as kube writes timestamps: RFC 3339 in UTC with whole seconds.
+pub fn now_rfc3339() -> String {
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// Parses the `YYYY-MM-DDTHH:MM:SSZ` timestamps this store writes.
+pub fn parse_rfc3339(s: &str) -> Option<time::OffsetDateTime> {
+    let num = |range: std::ops::Range<usize>| s.get(range)?.parse::<u32>().ok();
+    if s.len() != 20 || !s.ends_with('Z') {
+        return None;
+    }
+    let month = time::Month::try_from(u8::try_from(num(5..7)?).ok()?).ok()?;
+    let date = time::Date::from_calendar_date(
+        i32::try_from(num(0..4)?).ok()?,
+        month,
+        u8::try_from(num(8..10)?).ok()?,
+    )
+    .ok()?;
+    let clock = time::Time::from_hms(
+        u8::try_from(num(11..13)?).ok()?,
+        u8::try_from(num(14..16)?).ok()?,
+        u8::try_from(num(17..19)?).ok()?,
+    )
+    .ok()?;
+    Some(date.with_time(clock).assume_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flunder(name: &str) -> Value {
+        json!({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": {"reference": "a"}})
+    }
+
+    #[test]
+    fn create_get_list_delete() {
+        let store = Store::new();
+        let made = store.create("ns1", flunder("one")).expect("create");
+        assert_eq!(made["metadata"]["namespace"], "ns1");
+        assert_eq!(made["metadata"]["resourceVersion"], "1");
+        assert_eq!(made["metadata"]["uid"].as_str().map(str::len), Some(36));
+        assert!(
+            parse_rfc3339(made["metadata"]["creationTimestamp"].as_str().unwrap_or("")).is_some()
+        );
+        let dup = store.create("ns1", flunder("one")).expect_err("duplicate");
+        assert_eq!(dup.code(), StatusCode::CONFLICT);
+        store
+            .create("ns2", flunder("one"))
+            .expect("other namespace");
+        assert_eq!(store.list(Some("ns1")).0.len(), 1);
+        let (all, rv) = store.list(None);
+        assert_eq!((all.len(), rv), (2, 2));
+        assert_eq!(store.get("ns1", "one").expect("get"), made);
+        store.delete("ns1", "one").expect("delete");
+        let gone = store.get("ns1", "one").expect_err("gone");
+        assert_eq!(
+            gone.message(),
+            "flunders.wardle.example.com \"one\" not found"
+        );
+    }
+
+    #[test]
+    fn generate_name_and_validation() {
+        let store = Store::new();
+        let made = store
+            .create("ns", json!({"metadata": {"generateName": "fl-"}}))
+            .expect("generateName");
+        let name = made["metadata"]["name"].as_str().unwrap_or("");
+        assert!(name.starts_with("fl-") && name.len() == 8, "{name}");
+        assert_eq!(made["kind"], KIND);
+        for bad in [
+            json!([1]),
+            json!({"kind": "Pod", "metadata": {"name": "a"}}),
+            json!({"metadata": {"name": "a", "namespace": "other"}}),
+        ] {
+            assert_eq!(
+                store.create("ns", bad).expect_err("bad").code(),
+                StatusCode::BAD_REQUEST
+            );
+        }
+        let invalid = store
+            .create("ns", flunder("Not_Valid"))
+            .expect_err("invalid");
+        assert_eq!(invalid.code(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[test]
+    fn update_checks_resource_version_and_keeps_server_fields() {
+        let store = Store::new();
+        let made = store.create("ns", flunder("a")).expect("create");
+        let mut next = made.clone();
+        next["spec"]["reference"] = json!("b");
+        next["metadata"]["uid"] = Value::Null;
+        next["metadata"]["labels"] = json!({"x": "y"});
+        let updated = store
+            .update("ns", "a", |_| Ok(next.clone()))
+            .expect("update");
+        assert_eq!(updated["metadata"]["uid"], made["metadata"]["uid"]);
+        assert_eq!(updated["metadata"]["generation"], 2);
+        assert_eq!(updated["metadata"]["labels"]["x"], "y");
+        assert_eq!(updated["metadata"]["resourceVersion"], "2");
+        let stale = store
+            .update("ns", "a", |_| Ok(next.clone()))
+            .expect_err("stale");
+        assert_eq!(stale.code(), StatusCode::CONFLICT);
+        let missing = store
+            .update("ns", "b", |_| Ok(flunder("b")))
+            .expect_err("missing");
+        assert_eq!(missing.code(), StatusCode::NOT_FOUND);
+        let renamed = store
+            .update("ns", "a", |_| Ok(flunder("c")))
+            .expect_err("rename");
+        assert_eq!(renamed.code(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn watch_replays_history_or_current_state() {
+        let store = Store::new();
+        store.create("ns", flunder("a")).expect("create");
+        store.create("other", flunder("b")).expect("create");
+        let (initial, _rx) = store.watch(Some("ns"), None).expect("watch");
+        assert_eq!(initial.len(), 1);
+        store.delete("ns", "a").expect("delete");
+        let (since, mut rx) = store.watch(Some("ns"), Some(2)).expect("watch");
+        assert_eq!(
+            since.iter().map(|e| e.kind).collect::<Vec<_>>(),
+            ["DELETED"]
+        );
+        store.create("ns", flunder("c")).expect("create");
+        assert_eq!(rx.try_recv().expect("event").kind, "ADDED");
+    }
+}

@@ -1,0 +1,122 @@
+//! The accept loop shared by the gateway and the sample server: TCP -> TLS handshake (with a
+//! timeout; peer certificates read once per connection) -> hyper-util's auto builder serving
+//! HTTP/1.1 (with upgrades) and HTTP/2 -> the caller's handler. Shutdown stops accepting and
+//! lets open connections finish, up to a grace period.
+
+use crate::body::Body;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::pki_types::CertificateDer;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+/// What the gateway knows about a connection before the first request.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub remote: SocketAddr,
+    /// The client's certificate chain, leaf first; empty when none was presented.
+    pub peer_chain: Vec<CertificateDer<'static>>,
+}
+
+/// Limits of the accept loop.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub handshake_timeout: Duration,
+    pub grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves TLS connections from `listener` until `shutdown` resolves, then drains.
+///
+/// `make` is called once per connection with what the handshake revealed and returns the
+/// request handler for that connection.
+pub async fn serve<M, H, Fut>(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    make: M,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) where
+    M: Fn(ConnInfo) -> H + Send + Sync + 'static,
+    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let acceptor = TlsAcceptor::from(tls);
+    let make = Arc::new(make);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(1000)
+        .max_pending_accept_reset_streams(50)
+        .max_header_list_size(1 << 20);
+    builder.http1().max_buf_size(1 << 20);
+    let builder = Arc::new(builder);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, make, builder) = (acceptor.clone(), make.clone(), builder.clone());
+        let watcher = graceful.watcher();
+        let timeout = limits.handshake_timeout;
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let peer_chain = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                .unwrap_or_default();
+            let handler = make(ConnInfo { remote, peer_chain });
+            let service = hyper::service::service_fn(move |req| {
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req).await) }
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%remote, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(limits.grace) => tracing::warn!("grace period over; closing open connections"),
+    }
+}

@@ -1,0 +1,215 @@
+//! The clients users have: kubectl, curl and openssl, against a gateway in front of the
+//! sample addon server. These tools are required: a missing one fails the test.
+
+mod support;
+
+use std::process::Command;
+use support::World;
+
+struct Dev {
+    world: World,
+    gw: support::Gateway,
+    kubeconfig: std::path::PathBuf,
+    _sample_stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn dev() -> Dev {
+    let world = World::new();
+    let host = "wardle-server.wardle-namespace.svc";
+    world
+        .pki
+        .leaf("wardle", &world.addon_ca, host, &[], &[host], true);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sample_addr = listener.local_addr().unwrap();
+    let cfg = apigw::sample::SampleConfig {
+        cert: world.pki.path("wardle.crt"),
+        key: world.pki.path("wardle.key"),
+        front_proxy_ca: world.pki.path("front-proxy-ca.crt"),
+        allowed_names: vec!["front-proxy-client".into()],
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(apigw::sample::run(listener, cfg, async {
+        let _ = rx.await;
+    }));
+    world.register(
+        "wardle.json",
+        "wardle.example.com",
+        "v1alpha1",
+        1000,
+        15,
+        "wardle-server",
+        "wardle-namespace",
+        &world.addon_ca,
+    );
+    let mut cfg = world.config(&[]);
+    cfg.resolve.insert((host.to_string(), 443), sample_addr);
+    let gw = world.gateway(cfg).await;
+    let kubeconfig = world.pki.path("kubeconfig");
+    let p = |n: &str| world.pki.path(n).display().to_string();
+    let kc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gw",
+        "clusters": [{"name": "gw", "cluster": {"server": format!("https://127.0.0.1:{}", gw.addr.port()), "certificate-authority": p("ca.crt")}}],
+        "users": [{"name": "alice", "user": {"client-certificate": p("alice.crt"), "client-key": p("alice.key")}}],
+        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "alice"}}]
+    });
+    std::fs::write(&kubeconfig, kc.to_string()).unwrap();
+    Dev {
+        world,
+        gw,
+        kubeconfig,
+        _sample_stop: tx,
+    }
+}
+
+/// Runs a tool off the async runtime; panics with its output when it fails.
+async fn run(tool: &str, args: Vec<String>) -> String {
+    let tool = tool.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(&tool)
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool} is required for this test and could not run: {e}"))
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+impl Dev {
+    async fn kubectl(&self, args: &[&str]) -> String {
+        let mut all = vec![
+            "--kubeconfig".to_string(),
+            self.kubeconfig.display().to_string(),
+            "--cache-dir".to_string(),
+            self.world.pki.path("kube-cache").display().to_string(),
+        ];
+        all.extend(args.iter().map(|s| s.to_string()));
+        run("kubectl", all).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_works_through_the_gateway() {
+    let d = dev().await;
+    let versions = d.kubectl(&["api-versions"]).await;
+    assert!(
+        versions.lines().any(|l| l == "wardle.example.com/v1alpha1"),
+        "{versions}"
+    );
+    let empty = d
+        .kubectl(&["get", "flunders", "-n", "x", "-o", "json"])
+        .await;
+    let list: serde_json::Value = serde_json::from_str(&empty).unwrap();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "{list}");
+    let manifest = d.world.pki.path("flunder.yaml");
+    std::fs::write(&manifest, "apiVersion: wardle.example.com/v1alpha1\nkind: Flunder\nmetadata:\n  name: my-flunder\nspec:\n  reference: abc\n").unwrap();
+    let created = d
+        .kubectl(&[
+            "create",
+            "--validate=false",
+            "-n",
+            "x",
+            "-f",
+            &manifest.display().to_string(),
+        ])
+        .await;
+    assert!(created.contains("my-flunder created"), "{created}");
+    let yaml = d
+        .kubectl(&["get", "fl", "my-flunder", "-n", "x", "-o", "yaml"])
+        .await;
+    assert!(
+        yaml.contains("name: my-flunder")
+            && yaml.contains("namespace: x")
+            && yaml.contains("reference: abc"),
+        "{yaml}"
+    );
+    let table = d.kubectl(&["get", "flunders", "-n", "x"]).await;
+    assert!(
+        table.starts_with("NAME") && table.contains("my-flunder"),
+        "{table}"
+    );
+    let deleted = d.kubectl(&["delete", "fl", "my-flunder", "-n", "x"]).await;
+    assert!(deleted.contains("deleted"), "{deleted}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_over_http2_with_a_client_cert() {
+    let d = dev().await;
+    let p = |n: &str| d.world.pki.path(n).display().to_string();
+    let url = format!(
+        "https://127.0.0.1:{}/apis/wardle.example.com/v1alpha1",
+        d.gw.addr.port()
+    );
+    let out = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--fail".into(),
+            "--http2".into(),
+            "-w".into(),
+            "\n%{http_version}".into(),
+            "--cacert".into(),
+            p("ca.crt"),
+            "--cert".into(),
+            p("alice.crt"),
+            "--key".into(),
+            p("alice.key"),
+            url.clone(),
+        ],
+    )
+    .await;
+    let (body, version) = out.rsplit_once('\n').unwrap();
+    assert_eq!(version, "2", "curl did not negotiate h2");
+    let list: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(list["kind"], "APIResourceList");
+    assert!(
+        list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "flunders"),
+        "{list}"
+    );
+    let anon = run(
+        "curl",
+        vec!["-sS".into(), "--cacert".into(), p("ca.crt"), url],
+    )
+    .await;
+    let status: serde_json::Value = serde_json::from_str(&anon).unwrap();
+    assert_eq!(status["code"], 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openssl_sees_alpn_and_the_serving_chain() {
+    let d = dev().await;
+    let connect = format!("127.0.0.1:{}", d.gw.addr.port());
+    let ca = d.world.pki.path("ca.crt").display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &connect,
+                "-CAfile",
+                &ca,
+                "-alpn",
+                "h2,http/1.1",
+                "-servername",
+                "localhost",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl is required for this test")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ALPN protocol: h2"), "{text}");
+    assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
+}

@@ -1,0 +1,556 @@
+//! Test vocabulary: a PKI made with rcgen, an echo backend that records what it receives,
+//! gateways started on loopback with a manifest directory, and a TLS client.
+#![allow(dead_code)]
+
+use apigw::body::{full, Body};
+use apigw::config::{AuthzMode, Config};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+pub fn init() {
+    apigw::tls::install_default_provider();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// A directory of certificates made for one test.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+}
+
+pub struct Ca {
+    pub name: String,
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn ca(&self, name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        std::fs::write(self.path(&format!("{name}.crt")), issuer.pem()).unwrap();
+        Ca {
+            name: name.into(),
+            issuer,
+        }
+    }
+
+    /// A leaf signed by `ca`; `server` picks the EKU. Writes `<name>.crt` and `<name>.key`.
+    pub fn leaf(
+        &self,
+        name: &str,
+        ca: &Ca,
+        cn: &str,
+        orgs: &[&str],
+        sans: &[&str],
+        server: bool,
+    ) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        // rcgen keeps one value per attribute type; a second O goes in under its raw OID.
+        assert!(
+            orgs.len() <= 2,
+            "test certificates carry at most two O values"
+        );
+        for (i, o) in orgs.iter().enumerate() {
+            let ty = if i == 0 {
+                DnType::OrganizationName
+            } else {
+                DnType::CustomDnType(vec![2, 5, 4, 10])
+            };
+            params.distinguished_name.push(ty, *o);
+        }
+        params.subject_alt_names = sans
+            .iter()
+            .map(|s| match s.parse() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName((*s).try_into().unwrap()),
+            })
+            .collect();
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![if server {
+            ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca.issuer).unwrap();
+        let (crt, keyp) = (
+            self.path(&format!("{name}.crt")),
+            self.path(&format!("{name}.key")),
+        );
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&keyp, key.serialize_pem()).unwrap();
+        (crt, keyp)
+    }
+
+    pub fn pem(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+}
+
+/// The world most tests share: CAs, a serving cert, users, a proxy client cert.
+pub struct World {
+    pub pki: Pki,
+    pub ca: Ca,
+    pub client_ca: Ca,
+    pub front_proxy_ca: Ca,
+    pub addon_ca: Ca,
+    pub rogue_ca: Ca,
+}
+
+impl World {
+    pub fn new() -> Self {
+        init();
+        let pki = Pki::new();
+        let ca = pki.ca("ca");
+        let client_ca = pki.ca("client-ca");
+        let front_proxy_ca = pki.ca("front-proxy-ca");
+        let addon_ca = pki.ca("addon-ca");
+        let rogue_ca = pki.ca("rogue-ca");
+        pki.leaf(
+            "serving",
+            &ca,
+            "apigw",
+            &[],
+            &["localhost", "127.0.0.1"],
+            true,
+        );
+        pki.leaf(
+            "alice",
+            &client_ca,
+            "alice",
+            &["team-a", "team-b"],
+            &[],
+            false,
+        );
+        pki.leaf("rogue", &rogue_ca, "alice", &["system:masters"], &[], false);
+        pki.leaf(
+            "proxy-client",
+            &front_proxy_ca,
+            "front-proxy-client",
+            &[],
+            &[],
+            false,
+        );
+        std::fs::write(
+            pki.path("tokens.csv"),
+            "s3cr3t-token-bob,bob,uid-bob,\"devs,ops\"\n",
+        )
+        .unwrap();
+        std::fs::create_dir(pki.path("apiservices")).unwrap();
+        Self {
+            pki,
+            ca,
+            client_ca,
+            front_proxy_ca,
+            addon_ca,
+            rogue_ca,
+        }
+    }
+
+    /// Starts an echo backend for `<svc>.<ns>.svc` with a cert from `ca` (or for `san`).
+    pub async fn backend(
+        &self,
+        key: &str,
+        svc: &str,
+        ns: &str,
+        ca: &Ca,
+        san: Option<&str>,
+    ) -> Echo {
+        let host = format!("{svc}.{ns}.svc");
+        let (crt, k) = self.pki.leaf(
+            &format!("be-{key}"),
+            ca,
+            &host,
+            &[],
+            &[san.unwrap_or(&host)],
+            true,
+        );
+        Echo::start(&crt, &k, &self.pki.path("front-proxy-ca.crt"), host).await
+    }
+
+    /// Writes an APIService manifest (JSON) into the watched directory.
+    #[allow(clippy::too_many_arguments)] // reads like the manifest it writes
+    pub fn register(
+        &self,
+        file: &str,
+        group: &str,
+        version: &str,
+        gpm: i64,
+        vp: i64,
+        svc: &str,
+        ns: &str,
+        ca: &Ca,
+    ) {
+        let bundle = base64_encode(self.pki.pem(&format!("{}.crt", ca.name)).as_bytes());
+        let obj = serde_json::json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {"group": group, "version": version, "groupPriorityMinimum": gpm,
+                     "versionPriority": vp, "service": {"name": svc, "namespace": ns, "port": 443},
+                     "caBundle": bundle}
+        });
+        let tmp = self.pki.path(&format!("apiservices/.{file}.tmp"));
+        std::fs::write(&tmp, obj.to_string()).unwrap();
+        std::fs::rename(tmp, self.pki.path(&format!("apiservices/{file}"))).unwrap();
+    }
+
+    pub fn config(&self, resolve: &[(&Echo, SocketAddr)]) -> Config {
+        let p = |n: &str| self.pki.path(n);
+        Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            tls_cert: p("serving.crt"),
+            tls_key: p("serving.key"),
+            client_ca: Some(p("client-ca.crt")),
+            token_file: Some(p("tokens.csv")),
+            anonymous: false,
+            request_header: None,
+            proxy_client: Some((p("proxy-client.crt"), p("proxy-client.key"))),
+            apiservice_dir: Some(p("apiservices")),
+            resolve: resolve
+                .iter()
+                .map(|(e, addr)| ((e.host.clone(), 443), *addr))
+                .collect(),
+            service_ca: None,
+            delegate: None,
+            authorization: vec![AuthzMode::AlwaysAllow],
+        }
+    }
+
+    pub async fn gateway(&self, cfg: Config) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            apigw::gateway::run(cfg, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        let client = self.client(None);
+        let ready = eventually(10, || {
+            let client = client.clone();
+            async move {
+                client
+                    .try_send(addr, Request::get("/readyz").body(Bytes::new()).unwrap())
+                    .await
+                    .is_ok_and(|a| a.status == 200)
+            }
+        })
+        .await;
+        assert!(ready, "the gateway did not become ready");
+        Gateway {
+            addr,
+            _stop: tx,
+            _task: task,
+        }
+    }
+
+    pub fn client(&self, cert: Option<&str>) -> Client {
+        Client::new(
+            &self.pki.path("ca.crt"),
+            cert.map(|c| {
+                (
+                    self.pki.path(&format!("{c}.crt")),
+                    self.pki.path(&format!("{c}.key")),
+                )
+            }),
+        )
+    }
+}
+
+pub fn base64_encode(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+pub struct Gateway {
+    pub addr: SocketAddr,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+/// A backend that answers every request with a JSON description of it, and records it.
+pub struct Echo {
+    pub host: String,
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<serde_json::Value>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Echo {
+    async fn start(crt: &Path, key: &Path, front_proxy_ca: &Path, host: String) -> Self {
+        let cert = apigw::tls::ReloadingCert::load(crt, key).unwrap();
+        let cas = apigw::tls::load_certs(front_proxy_ca).unwrap();
+        let tls = Arc::new(apigw::tls::server_config(cert, &cas).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let log = seen.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(apigw::server::serve(
+            listener,
+            tls,
+            move |conn: apigw::server::ConnInfo| {
+                let log = log.clone();
+                let peer_cn = conn
+                    .peer_chain
+                    .first()
+                    .and_then(apigw::authn::subject)
+                    .map(|(cn, _)| cn);
+                move |req: Request<hyper::body::Incoming>| {
+                    let (log, peer_cn) = (log.clone(), peer_cn.clone());
+                    async move { echo(req, peer_cn, log).await }
+                }
+            },
+            apigw::server::Limits::default(),
+            async {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            host,
+            addr,
+            seen,
+            _stop: tx,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<serde_json::Value> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn echo(
+    req: Request<hyper::body::Incoming>,
+    peer_cn: Option<String>,
+    log: Arc<Mutex<Vec<serde_json::Value>>>,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let headers: Vec<(String, String)> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let entry = serde_json::json!({
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "query": parts.uri.query().unwrap_or(""),
+        "authority": parts.uri.authority().map(|a| a.to_string())
+            .or_else(|| parts.headers.get("host").and_then(|h| h.to_str().ok()).map(str::to_string)),
+        "version": format!("{:?}", parts.version),
+        "headers": headers,
+        "peer_cn": peer_cn,
+        "body": String::from_utf8_lossy(&body),
+        "body_len": body.len(),
+    });
+    log.lock().unwrap().push(entry.clone());
+    let path = parts.uri.path();
+    let mut res = if path.ends_with("/redirect") {
+        let mut r = Response::new(full("moved"));
+        *r.status_mut() = http::StatusCode::FOUND;
+        r.headers_mut()
+            .insert("location", "https://elsewhere.example/".parse().unwrap());
+        r
+    } else if path.ends_with("/conflict") {
+        let mut r = Response::new(full(
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"backend conflict"}"#,
+        ));
+        *r.status_mut() = http::StatusCode::CONFLICT;
+        r
+    } else {
+        Response::new(full(entry.to_string()))
+    };
+    res.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    res.headers_mut()
+        .insert("x-backend", "echo".parse().unwrap());
+    if peer_cn.as_deref() != Some("front-proxy-client") {
+        *res.status_mut() = http::StatusCode::UNAUTHORIZED;
+    }
+    res
+}
+
+/// A TLS client speaking HTTP/1.1 (or h2 with `h2()`), one connection per request.
+#[derive(Clone)]
+pub struct Client {
+    tls: Arc<rustls::ClientConfig>,
+    h2: bool,
+}
+
+/// A response with its body read whole.
+pub struct Answer {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+
+    /// Asserts a `kind: Status` body whose code equals the HTTP status.
+    pub fn assert_status(&self, code: u16) -> serde_json::Value {
+        assert_eq!(self.status, code, "body: {:?}", self.body);
+        let s = self.json();
+        assert_eq!(s["kind"], "Status", "{s}");
+        assert_eq!(s["code"], code, "{s}");
+        s
+    }
+
+    /// The values of header `name` the backend saw, from an echo body.
+    pub fn seen(&self, name: &str) -> Vec<String> {
+        seen_header(&self.json(), name)
+    }
+}
+
+pub fn seen_header(entry: &serde_json::Value, name: &str) -> Vec<String> {
+    entry["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h[0].as_str().unwrap().eq_ignore_ascii_case(name))
+        .map(|h| h[1].as_str().unwrap().to_string())
+        .collect()
+}
+
+impl Client {
+    pub fn new(ca: &Path, cert: Option<(PathBuf, PathBuf)>) -> Self {
+        let roots = apigw::tls::root_store(&apigw::tls::load_certs(ca).unwrap(), "ca").unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let tls = match cert {
+            Some((c, k)) => builder
+                .with_client_auth_cert(
+                    apigw::tls::load_certs(&c).unwrap(),
+                    apigw::tls::load_key(&k).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        Self {
+            tls: Arc::new(tls),
+            h2: false,
+        }
+    }
+
+    pub fn h2(mut self) -> Self {
+        let mut tls = (*self.tls).clone();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        self.tls = Arc::new(tls);
+        self.h2 = true;
+        self
+    }
+
+    pub async fn get(&self, addr: SocketAddr, path: &str) -> Answer {
+        self.send(addr, Request::get(path).body(Bytes::new()).unwrap())
+            .await
+    }
+
+    pub async fn send(&self, addr: SocketAddr, req: Request<Bytes>) -> Answer {
+        self.try_send(addr, req).await.unwrap()
+    }
+
+    pub async fn try_send(
+        &self,
+        addr: SocketAddr,
+        req: Request<Bytes>,
+    ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = ServerName::try_from("localhost").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await?;
+        let io = hyper_util::rt::TokioIo::new(tls);
+        let (mut parts, body) = req.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or("/".into());
+        let res = if self.h2 {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await?;
+            tokio::spawn(conn);
+            parts.uri = format!("https://localhost:{}{path}", addr.port()).parse()?;
+            parts.version = http::Version::HTTP_2;
+            send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)))
+                .await?
+        } else {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            parts
+                .headers
+                .insert("host", format!("localhost:{}", addr.port()).parse()?);
+            send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)))
+                .await?
+        };
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.into_body().collect().await?.to_bytes();
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// Waits up to `secs` for `cond`.
+pub async fn eventually<F, Fut>(secs: u64, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
