@@ -8,6 +8,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The flags of `apigw serve` and `apigw check`.
 #[derive(Debug, Clone, Default, Args)]
@@ -81,6 +82,27 @@ pub struct Flags {
     /// RBAC policy file (for --authorization-mode=RBAC).
     #[arg(long)]
     pub authorization_policy_file: Option<PathBuf>,
+    /// How often the availability controller checks each APIService [default: 30s].
+    #[arg(long)]
+    pub availability_check_interval: Option<String>,
+    /// How long one availability check may take [default: 5s].
+    #[arg(long)]
+    pub availability_check_timeout: Option<String>,
+    /// Time to the response head of a request that is not long-running; 504 after [default: 60s].
+    #[arg(long)]
+    pub request_timeout: Option<String>,
+    /// After SIGTERM, keep accepting (while /readyz fails) for this long [default: 0s].
+    #[arg(long)]
+    pub shutdown_delay_duration: Option<String>,
+    /// After accepting stops, how long in-flight requests may take to finish [default: 30s].
+    #[arg(long)]
+    pub shutdown_grace_period: Option<String>,
+    /// Serve /metrics (and health) without authentication on this plain-HTTP address too.
+    #[arg(long)]
+    pub metrics_bind_address: Option<SocketAddr>,
+    /// Log format: text or json [default: text].
+    #[arg(long)]
+    pub log_format: Option<String>,
 }
 
 /// The YAML file: the same settings as [`Flags`], camelCase.
@@ -115,6 +137,13 @@ struct File {
     #[serde(default)]
     authorization_mode: Vec<String>,
     authorization_policy_file: Option<PathBuf>,
+    availability_check_interval: Option<String>,
+    availability_check_timeout: Option<String>,
+    request_timeout: Option<String>,
+    shutdown_delay_duration: Option<String>,
+    shutdown_grace_period: Option<String>,
+    metrics_bind_address: Option<SocketAddr>,
+    log_format: Option<String>,
 }
 
 /// How requests are authorized.
@@ -159,6 +188,75 @@ pub struct Config {
     pub service_ca: Option<PathBuf>,
     pub delegate: Option<Delegate>,
     pub authorization: Vec<AuthzMode>,
+    pub availability_interval: Duration,
+    pub availability_timeout: Duration,
+    pub request_timeout: Duration,
+    pub shutdown_delay: Duration,
+    pub shutdown_grace: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+    pub log_json: bool,
+}
+
+impl Config {
+    /// A configuration with every default, serving `cert`/`key` (for tests and embedding).
+    pub fn new(tls_cert: PathBuf, tls_key: PathBuf) -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            tls_cert,
+            tls_key,
+            client_ca: None,
+            token_file: None,
+            anonymous: false,
+            request_header: None,
+            proxy_client: None,
+            apiservice_dir: None,
+            resolve: BTreeMap::new(),
+            service_ca: None,
+            delegate: None,
+            authorization: vec![AuthzMode::AlwaysAllow],
+            availability_interval: Duration::from_secs(30),
+            availability_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(60),
+            shutdown_delay: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(30),
+            metrics_listen: None,
+            log_json: false,
+        }
+    }
+}
+
+/// Parses a Go-style duration as kube flags take them: `500ms`, `30s`, `5m`, `1h`, `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(total);
+    }
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration like 30s"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ms" => number / 1000.0,
+            "s" => number,
+            "m" => number * 60.0,
+            "h" => number * 3600.0,
+            unit => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+        };
+        total += Duration::from_secs_f64(seconds);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 /// One configuration problem: where (a flag, or file and field) and what.
@@ -467,6 +565,65 @@ fn merge(
         .as_ref()
         .or(file.authorization_policy_file.as_ref());
 
+    let mut duration =
+        |flag: &str, from_flag: &Option<String>, from_file: Option<String>, default: Duration| {
+            let (text, in_file) = match (from_flag, from_file) {
+                (Some(t), _) => (t.clone(), false),
+                (None, Some(t)) => (t, true),
+                (None, None) => return default,
+            };
+            parse_duration(&text).unwrap_or_else(|m| {
+                later(origin.name(flag, in_file), m);
+                default
+            })
+        };
+    let availability_interval = duration(
+        "availability-check-interval",
+        &flags.availability_check_interval,
+        file.availability_check_interval,
+        Duration::from_secs(30),
+    );
+    let availability_timeout = duration(
+        "availability-check-timeout",
+        &flags.availability_check_timeout,
+        file.availability_check_timeout,
+        Duration::from_secs(5),
+    );
+    let request_timeout = duration(
+        "request-timeout",
+        &flags.request_timeout,
+        file.request_timeout,
+        Duration::from_secs(60),
+    );
+    let shutdown_delay = duration(
+        "shutdown-delay-duration",
+        &flags.shutdown_delay_duration,
+        file.shutdown_delay_duration,
+        Duration::ZERO,
+    );
+    let shutdown_grace = duration(
+        "shutdown-grace-period",
+        &flags.shutdown_grace_period,
+        file.shutdown_grace_period,
+        Duration::from_secs(30),
+    );
+    let log_json = match flags.log_format.clone().or(file.log_format).as_deref() {
+        None | Some("text") => false,
+        Some("json") => true,
+        Some(other) => {
+            later(
+                "--log-format".into(),
+                format!("{other:?}: want text or json"),
+            );
+            false
+        }
+    };
+    if availability_interval.is_zero() {
+        later(
+            "--availability-check-interval".into(),
+            "must be more than 0".into(),
+        );
+    }
     problems.append(&mut problems_after);
     let listen = SocketAddr::new(
         flags
@@ -493,6 +650,13 @@ fn merge(
             service_ca,
             delegate,
             authorization,
+            availability_interval,
+            availability_timeout,
+            request_timeout,
+            shutdown_delay,
+            shutdown_grace,
+            metrics_listen: flags.metrics_bind_address.or(file.metrics_bind_address),
+            log_json,
         }),
         _ => Err(problems),
     }
@@ -609,6 +773,18 @@ mod tests {
         })
         .unwrap_err();
         assert!(errs[0].message.contains("securePrt"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn durations_like_kube_flags() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("3d").is_err());
+        assert!(parse_duration("").is_err());
     }
 
     #[test]

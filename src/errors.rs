@@ -42,6 +42,10 @@ impl Status {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", message)
     }
 
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", message)
+    }
+
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "Conflict", message)
     }

@@ -10,9 +10,13 @@
 //! - [`authn`]: [`authn::Identity`] and the authenticators (request header, x509, token, anonymous).
 //! - [`authz`]: the authorization decision for an authenticated request.
 //! - [`registry`]: the APIService model, validation, manifest directory source, snapshots.
+//! - [`apiservices`]: the read-only `apiregistration.k8s.io/v1` API over the registry.
+//! - [`availability`]: the controller checking each APIService's backend.
 //! - [`discovery`]: the ordering rules and the `/api`, `/apis`, `/apis/<group>` documents.
 //! - [`proxy`]: backend connections, identity headers, forwarding and streaming.
 //! - [`gateway`]: the request pipeline tying the above together.
+//! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
+//! - [`metrics`]: Prometheus families.
 //! - [`server`]: the TLS accept loop and graceful drain.
 //! - [`certs`]: the dev PKI.
 //! - [`check`]: `apigw check`, validation without serving.
@@ -20,8 +24,10 @@
 //! - [`dev`]: the zero-setup `apigw dev` mode.
 //! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
 
+pub mod apiservices;
 pub mod authn;
 pub mod authz;
+pub mod availability;
 pub mod body;
 pub mod certs;
 pub mod check;
@@ -30,6 +36,8 @@ pub mod dev;
 pub mod discovery;
 pub mod errors;
 pub mod gateway;
+pub mod meta;
+pub mod metrics;
 pub mod proxy;
 pub mod registry;
 pub mod sample;

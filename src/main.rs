@@ -68,13 +68,6 @@ struct SampleArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     apigw::tls::install_default_provider();
     match run(cli.command) {
         Ok(code) => code,
@@ -82,6 +75,20 @@ fn main() -> ExitCode {
             eprintln!("apigw: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to stderr, text or JSON, at the level `RUST_LOG` names (default info).
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
     }
 }
 
@@ -93,9 +100,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
+    if !matches!(command, Command::Serve(_)) {
+        init_logging(false);
+    }
     match command {
         Command::Serve(flags) => {
             let cfg = config_or_exit(&flags)?;
+            init_logging(cfg.log_json);
             runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(cfg.listen)
                     .await

@@ -104,7 +104,12 @@ async fn discovery_lists_groups_in_aggregator_order() {
         .collect();
     assert_eq!(
         names,
-        ["good.example.com", "wc.example.com", "wn.example.com"]
+        [
+            "apiregistration.k8s.io",
+            "good.example.com",
+            "wc.example.com",
+            "wn.example.com"
+        ]
     );
     let group = s
         .world
@@ -224,9 +229,12 @@ async fn unverifiable_backends_are_503_and_see_nothing() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(msg.starts_with("error trying to reach service: "), "{msg}");
+    // The availability controller found the backend unverifiable, so the proxy fails fast
+    // with its reason, as kube-aggregator does.
+    assert!(msg.starts_with("service unavailable: "), "{msg}");
+    assert!(msg.contains("FailedDiscoveryCheck"), "{msg}");
     assert!(
-        msg.contains("wn-svc.wn-ns.svc"),
+        msg.contains("certificate not valid for name \"wn-svc.wn-ns.svc\""),
         "the message should name the expected name: {msg}"
     );
     let wc = c.get(s.gw.addr, "/apis/wc.example.com/v1/things").await;

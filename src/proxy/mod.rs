@@ -24,6 +24,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Marks a response the proxy made because the backend could not be reached.
+#[derive(Debug, Clone, Copy)]
+struct Unreachable;
+
 /// Identifies a backend: requests to the same key share a connection pool.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct BackendKey {
@@ -53,6 +57,7 @@ pub struct Proxy {
     backends: Mutex<HashMap<BackendKey, Arc<Backend>>>,
     /// Front-proxy header names (lowercase) to strip besides the standard ones.
     extra_identity_headers: Vec<String>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How the proxy is set up.
@@ -63,6 +68,7 @@ pub struct ProxySettings {
     /// `(host, port, CA certificates)` of the delegate API server.
     pub delegate: Option<(String, u16, Vec<CertificateDer<'static>>)>,
     pub extra_identity_headers: Vec<String>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -91,7 +97,13 @@ impl Proxy {
                 .into_iter()
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
+            metrics: settings.metrics,
         })
+    }
+
+    /// Resolves a service name as connections will (static entries, then DNS).
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
+        self.resolver.resolve(host, port).await
     }
 
     /// The delegate API server, if one is configured.
@@ -157,16 +169,25 @@ impl Proxy {
         });
     }
 
-    /// Forwards `req` from `client` as `identity` to `backend` and streams the answer back.
+    /// Forwards `req` from `client` as `identity` to `backend` (serving APIService `name`) and
+    /// streams the answer back.
     pub async fn forward(
         &self,
         backend: &Backend,
         req: Request<Incoming>,
         identity: &Identity,
         client: SocketAddr,
+        name: &str,
     ) -> Response<Body> {
         let is_extra = |name: &str| self.extra_identity_headers.iter().any(|h| h == name);
-        backend.forward(req, identity, client, &is_extra).await
+        let res = backend.forward(req, identity, client, &is_extra).await;
+        if res.extensions().get::<Unreachable>().is_some() {
+            self.metrics
+                .backend_errors
+                .with_label_values(&[name, "unreachable"])
+                .inc();
+        }
+        res
     }
 }
 
@@ -256,10 +277,11 @@ impl Backend {
             Err(e) => {
                 let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), chain);
                 tracing::warn!(backend = %self.host, error = %reason, "backend unreachable");
-                return Status::service_unavailable(format!(
-                    "error trying to reach service: {reason}"
-                ))
-                .into_response();
+                let mut res =
+                    Status::service_unavailable(format!("error trying to reach service: {reason}"))
+                        .into_response();
+                res.extensions_mut().insert(Unreachable);
+                return res;
             }
         };
         if res.status().is_redirection() && res.headers().contains_key(header::LOCATION) {
@@ -282,6 +304,111 @@ impl Backend {
         }
         remove_hop_by_hop(res.headers_mut(), false);
         res.map(body::stream)
+    }
+}
+
+/// Why a request the gateway makes on its own behalf (availability, discovery) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0}")]
+    Unreachable(String),
+    #[error("bad status from {url}: {status}")]
+    Status { url: String, status: StatusCode },
+    #[error("reading the answer of {url}: {message}")]
+    Body { url: String, message: String },
+    #[error("{url}: no answer within {secs} s")]
+    Timeout { url: String, secs: u64 },
+}
+
+impl FetchError {
+    /// True when the backend could not be reached at all (DNS, TCP, TLS), as opposed to
+    /// answering badly.
+    pub fn unreachable(&self) -> bool {
+        matches!(self, Self::Unreachable(_) | Self::Timeout { .. })
+    }
+}
+
+/// The identity the gateway uses for its own requests to backends, as kube-aggregator does.
+pub fn gateway_identity() -> Identity {
+    Identity::new("system:kube-aggregator", vec!["system:masters".into()])
+}
+
+impl Backend {
+    /// `https://<host>:<port>`, for messages.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}:{}{path}", self.host, self.port)
+    }
+
+    /// GETs `path` as the gateway itself and reads at most `limit` bytes of a 2xx answer.
+    /// Returns the body and the `ETag`, if any. With `if_none_match`, a 304 yields `None`.
+    pub async fn fetch(
+        &self,
+        path: &str,
+        accept: &str,
+        if_none_match: Option<&str>,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Option<(bytes::Bytes, Option<String>)>, FetchError> {
+        let url = self.url(path);
+        let work = async {
+            let mut req = Request::get(
+                self.uri(
+                    &path
+                        .parse::<Uri>()
+                        .map_err(|e| FetchError::Unreachable(e.to_string()))?,
+                )
+                .map_err(|s| FetchError::Unreachable(s.message().to_string()))?,
+            )
+            .header(header::ACCEPT, accept)
+            .body(body::empty())
+            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+            if let Some(tag) = if_none_match.and_then(|t| HeaderValue::from_str(t).ok()) {
+                req.headers_mut().insert(header::IF_NONE_MATCH, tag);
+            }
+            let fwd = Forwarded {
+                identity: &gateway_identity(),
+                client_ip: [127, 0, 0, 1].into(),
+                original_host: None,
+            };
+            set_identity(req.headers_mut(), &fwd, &|_| false);
+            req.headers_mut().remove("x-forwarded-for");
+            let res = self.client.request(req).await.map_err(|e| {
+                FetchError::Unreachable(
+                    std::error::Error::source(&e).map_or_else(|| e.to_string(), chain),
+                )
+            })?;
+            let status = res.status();
+            if status == StatusCode::NOT_MODIFIED && if_none_match.is_some() {
+                return Ok(None);
+            }
+            if !status.is_success() {
+                return Err(FetchError::Status {
+                    url: url.clone(),
+                    status,
+                });
+            }
+            let etag = res
+                .headers()
+                .get(header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let limited = http_body_util::Limited::new(res.into_body(), limit);
+            let bytes = http_body_util::BodyExt::collect(limited)
+                .await
+                .map_err(|e| FetchError::Body {
+                    url: url.clone(),
+                    message: e.to_string(),
+                })?
+                .to_bytes();
+            Ok(Some((bytes, etag)))
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(FetchError::Timeout {
+                url,
+                secs: timeout.as_secs(),
+            }),
+        }
     }
 }
 

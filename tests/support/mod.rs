@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use apigw::body::{full, Body};
-use apigw::config::{AuthzMode, Config};
+use apigw::config::Config;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -224,24 +224,17 @@ impl World {
 
     pub fn config(&self, resolve: &[(&Echo, SocketAddr)]) -> Config {
         let p = |n: &str| self.pki.path(n);
-        Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            tls_cert: p("serving.crt"),
-            tls_key: p("serving.key"),
-            client_ca: Some(p("client-ca.crt")),
-            token_file: Some(p("tokens.csv")),
-            anonymous: false,
-            request_header: None,
-            proxy_client: Some((p("proxy-client.crt"), p("proxy-client.key"))),
-            apiservice_dir: Some(p("apiservices")),
-            resolve: resolve
-                .iter()
-                .map(|(e, addr)| ((e.host.clone(), 443), *addr))
-                .collect(),
-            service_ca: None,
-            delegate: None,
-            authorization: vec![AuthzMode::AlwaysAllow],
-        }
+        let mut cfg = Config::new(p("serving.crt"), p("serving.key"));
+        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.client_ca = Some(p("client-ca.crt"));
+        cfg.token_file = Some(p("tokens.csv"));
+        cfg.proxy_client = Some((p("proxy-client.crt"), p("proxy-client.key")));
+        cfg.apiservice_dir = Some(p("apiservices"));
+        cfg.resolve = resolve
+            .iter()
+            .map(|(e, addr)| ((e.host.clone(), 443), *addr))
+            .collect();
+        cfg
     }
 
     pub async fn gateway(&self, cfg: Config) -> Gateway {
@@ -344,7 +337,15 @@ impl Echo {
         }
     }
 
+    /// Requests made for clients, without the gateway's own availability checks.
     pub fn requests(&self) -> Vec<serde_json::Value> {
+        self.all_requests()
+            .into_iter()
+            .filter(|r| seen_header(r, "x-remote-user") != ["system:kube-aggregator"])
+            .collect()
+    }
+
+    pub fn all_requests(&self) -> Vec<serde_json::Value> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -384,7 +385,15 @@ async fn echo(
     });
     log.lock().unwrap().push(entry.clone());
     let path = parts.uri.path();
-    let mut res = if path.ends_with("/redirect") {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut res = if let ["apis", group, version] = segments.as_slice() {
+        let list = serde_json::json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"),
+            "resources": [{"name": "things", "singularName": "thing", "namespaced": true, "kind": "Thing",
+                           "verbs": ["get", "list", "create"], "shortNames": ["th"]}]
+        });
+        Response::new(full(list.to_string()))
+    } else if path.ends_with("/redirect") {
         let mut r = Response::new(full("moved"));
         *r.status_mut() = http::StatusCode::FOUND;
         r.headers_mut()

@@ -2,6 +2,10 @@
 //! kube-apiserver does). This build has `AlwaysAllow` and `AlwaysDeny`; `system:masters`
 //! is always allowed, as in kube-apiserver.
 
+mod attributes;
+
+pub use attributes::Attributes;
+
 use crate::authn::Identity;
 use crate::config::AuthzMode;
 use crate::errors::Status;

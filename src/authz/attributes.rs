@@ -1,0 +1,181 @@
+//! Request attributes as kube-apiserver derives them from a path and method (its
+//! `RequestInfo`): resource requests under `/api/<v>` and `/apis/<g>/<v>` get a verb, API group
+//! and version, namespace, resource, subresource and name; everything else is a non-resource
+//! request whose verb is the lowercase method.
+
+use http::Method;
+
+/// What a request asks to do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Attributes {
+    pub resource_request: bool,
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub namespace: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    pub path: String,
+}
+
+impl Attributes {
+    /// Derives the attributes of `method` on `path` with `query` (without the `?`).
+    pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        let mut out = Self {
+            verb: method.as_str().to_ascii_lowercase(),
+            path: path.to_string(),
+            ..Self::default()
+        };
+        let parts: Vec<&str> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        let rest = match parts.as_slice() {
+            ["api", version, rest @ ..] => {
+                out.version = (*version).to_string();
+                rest
+            }
+            ["apis", group, version, rest @ ..] => {
+                out.group = (*group).to_string();
+                out.version = (*version).to_string();
+                rest
+            }
+            _ => return out,
+        };
+        let (watch_prefix, rest) = match rest {
+            ["watch", rest @ ..] => (true, rest),
+            _ => (false, rest),
+        };
+        let rest: &[&str] = match rest {
+            ["namespaces", ns, tail @ ..] if !tail.is_empty() => {
+                out.namespace = (*ns).to_string();
+                tail
+            }
+            ["namespaces", ns] => {
+                out.namespace = (*ns).to_string();
+                rest
+            }
+            _ => rest,
+        };
+        if rest.is_empty() {
+            // `/apis/<g>/<v>`: discovery of a group version, a non-resource request.
+            return out;
+        }
+        out.resource_request = true;
+        out.resource = rest[0].to_string();
+        out.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
+        out.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
+        let watch = watch_prefix
+            || query.is_some_and(|q| {
+                q.split('&')
+                    .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"))
+            });
+        out.verb = match *method {
+            Method::GET | Method::HEAD if watch => "watch",
+            Method::GET | Method::HEAD if out.name.is_empty() => "list",
+            Method::GET | Method::HEAD => "get",
+            Method::POST => "create",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE if out.name.is_empty() => "deletecollection",
+            Method::DELETE => "delete",
+            _ => return out,
+        }
+        .to_string();
+        out
+    }
+
+    /// `resource/subresource`, as authorization and metrics name it.
+    pub fn full_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(method: Method, path: &str, query: Option<&str>) -> Attributes {
+        Attributes::from_request(&method, path, query)
+    }
+
+    #[test]
+    fn resource_requests() {
+        let x = a(
+            Method::GET,
+            "/apis/wardle.example.com/v1alpha1/namespaces/ns/flunders",
+            None,
+        );
+        assert!(x.resource_request);
+        assert_eq!(
+            (
+                x.verb.as_str(),
+                x.group.as_str(),
+                x.namespace.as_str(),
+                x.resource.as_str()
+            ),
+            ("list", "wardle.example.com", "ns", "flunders")
+        );
+        let x = a(
+            Method::GET,
+            "/apis/g/v1/namespaces/ns/flunders",
+            Some("watch=1&x=y"),
+        );
+        assert_eq!(x.verb, "watch");
+        let x = a(
+            Method::GET,
+            "/apis/g/v1/watch/namespaces/ns/flunders/f",
+            None,
+        );
+        assert_eq!((x.verb.as_str(), x.name.as_str()), ("watch", "f"));
+        let x = a(
+            Method::POST,
+            "/apis/g/v1/namespaces/ns/flunders/f/exec",
+            None,
+        );
+        assert_eq!(
+            (x.verb.as_str(), x.name.as_str(), x.subresource.as_str()),
+            ("create", "f", "exec")
+        );
+        assert_eq!(x.full_resource(), "flunders/exec");
+        let x = a(Method::DELETE, "/apis/g/v1/flunders", None);
+        assert_eq!(
+            (x.verb.as_str(), x.namespace.as_str()),
+            ("deletecollection", "")
+        );
+        let x = a(Method::GET, "/api/v1/namespaces/ns", None);
+        assert_eq!(
+            (x.resource.as_str(), x.name.as_str(), x.namespace.as_str()),
+            ("namespaces", "ns", "ns")
+        );
+        let x = a(
+            Method::PATCH,
+            "/apis/apiregistration.k8s.io/v1/apiservices/v1.x",
+            None,
+        );
+        assert_eq!((x.verb.as_str(), x.name.as_str()), ("patch", "v1.x"));
+    }
+
+    #[test]
+    fn non_resource_requests() {
+        for p in [
+            "/apis",
+            "/apis/g",
+            "/apis/g/v1",
+            "/healthz",
+            "/openapi/v2",
+            "/",
+        ] {
+            let x = a(Method::GET, p, None);
+            assert!(!x.resource_request, "{p}");
+            assert_eq!(x.verb, "get");
+        }
+        assert_eq!(a(Method::POST, "/foo", None).verb, "post");
+    }
+}

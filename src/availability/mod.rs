@@ -1,0 +1,275 @@
+//! The availability controller, as kube-aggregator's: for every APIService, on every registry
+//! change and every interval, check that its service resolves and that
+//! `GET /apis/<group>/<version>` on the backend answers 2xx over verified TLS with the proxy
+//! client certificate. Keeps the `Available` condition (upstream reasons `Local`, `Passed`,
+//! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList, which
+//! discovery serves (as `Stale` while the backend is down).
+
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::registry::{ApiService, Registry};
+use arc_swap::ArcSwap;
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+
+/// The `Available` condition of one APIService.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub available: bool,
+    pub reason: &'static str,
+    pub message: String,
+    pub last_transition: SystemTime,
+}
+
+/// What the controller knows about one APIService.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub condition: Condition,
+    /// The backend's APIResourceList from the last successful check.
+    pub resources: Option<Arc<Value>>,
+}
+
+/// Shared, lock-free view of every APIService's state, keyed by name.
+#[derive(Debug)]
+pub struct Availability {
+    states: ArcSwap<HashMap<String, Arc<State>>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Availability {
+    fn default() -> Self {
+        Self {
+            states: ArcSwap::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Availability {
+    pub fn get(&self, name: &str) -> Option<Arc<State>> {
+        self.states.load().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Arc<HashMap<String, Arc<State>>> {
+        self.states.load_full()
+    }
+
+    /// The number of rounds that changed something; part of the discovery cache key.
+    pub fn round(&self) -> u64 {
+        *self.changed.borrow()
+    }
+
+    /// Wakes on every change of a condition or of discovered resources; the value counts rounds
+    /// that changed something (0 until the first round completes).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// How often and how patiently to check.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// At most this many checks run at once.
+const CONCURRENCY: usize = 32;
+/// Discovery documents bigger than this are refused.
+const MAX_DISCOVERY_BYTES: usize = 16 << 20;
+
+/// Runs the controller until the registry is dropped.
+pub fn spawn(
+    registry: Arc<Registry>,
+    proxy: Arc<Proxy>,
+    availability: Arc<Availability>,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+) {
+    tokio::spawn(async move {
+        let mut changes = registry.subscribe();
+        let mut round = 0u64;
+        loop {
+            let snapshot = registry.snapshot();
+            let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
+            let results: Vec<(String, State)> = futures_util::stream::iter(services)
+                .map(|svc| {
+                    let (proxy, availability, timeout) =
+                        (proxy.clone(), availability.clone(), settings.timeout);
+                    async move {
+                        let previous = availability.get(&svc.name);
+                        let state = check(&proxy, &svc, previous.as_deref(), timeout).await;
+                        (svc.name.clone(), state)
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+            if publish(&availability, &metrics, results) || round == 0 {
+                round += 1;
+                availability.changed.send_replace(round);
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(settings.interval) => {}
+            }
+        }
+    });
+}
+
+/// Stores a round's results; returns whether anything changed.
+fn publish(availability: &Availability, metrics: &Metrics, results: Vec<(String, State)>) -> bool {
+    let old = availability.all();
+    let mut next = HashMap::with_capacity(results.len());
+    let mut changed = results.len() != old.len();
+    for (name, state) in results {
+        let previous = old.get(&name);
+        let was_available = previous.map(|p| p.condition.available);
+        let newly_unavailable = (!state.condition.available && was_available != Some(false))
+            .then_some(state.condition.reason);
+        metrics.set_available(&name, state.condition.available, newly_unavailable);
+        if was_available != Some(state.condition.available) {
+            if state.condition.available {
+                tracing::info!(apiservice = %name, reason = state.condition.reason, "APIService available");
+            } else {
+                tracing::warn!(apiservice = %name, reason = state.condition.reason, message = %state.condition.message, "APIService unavailable");
+            }
+        }
+        changed |= previous.is_none_or(|p| {
+            p.condition != state.condition || !same_resources(&p.resources, &state.resources)
+        });
+        next.insert(name, Arc::new(state));
+    }
+    for name in old.keys().filter(|n| !next.contains_key(*n)) {
+        metrics.forget(name);
+    }
+    availability.states.store(Arc::new(next));
+    changed
+}
+
+fn same_resources(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Checks one APIService. Keeps the previous transition time when the status did not change,
+/// and the previous resources when the backend could not be asked.
+async fn check(
+    proxy: &Proxy,
+    svc: &ApiService,
+    previous: Option<&State>,
+    timeout: Duration,
+) -> State {
+    let (available, reason, message, resources) = probe(proxy, svc, timeout).await;
+    let last_transition = match previous {
+        Some(p) if p.condition.available == available => p.condition.last_transition,
+        _ => SystemTime::now(),
+    };
+    let resources = resources
+        .map(Arc::new)
+        .or_else(|| previous.and_then(|p| p.resources.clone()));
+    State {
+        condition: Condition {
+            available,
+            reason,
+            message,
+            last_transition,
+        },
+        resources,
+    }
+}
+
+async fn probe(
+    proxy: &Proxy,
+    svc: &ApiService,
+    timeout: Duration,
+) -> (bool, &'static str, String, Option<Value>) {
+    let Some(service) = &svc.service else {
+        return (
+            true,
+            "Local",
+            "Local APIServices are always available".into(),
+            None,
+        );
+    };
+    if let Err(e) = proxy.resolve(&service.host(), service.port).await {
+        return (
+            false,
+            "ServiceNotFound",
+            format!(
+                "service/{} in {:?} is not present: {e}",
+                service.name, service.namespace
+            ),
+            None,
+        );
+    }
+    let backend = match proxy.backend_for(svc) {
+        Ok(b) => b,
+        Err(status) => {
+            return (
+                false,
+                "FailedDiscoveryCheck",
+                status.message().to_string(),
+                None,
+            )
+        }
+    };
+    let path = format!("/apis/{}/{}", svc.group, svc.version);
+    let failing = |detail: String| {
+        format!(
+            "failing or missing response from {}: {detail}",
+            backend.url(&path)
+        )
+    };
+    match backend
+        .fetch(
+            &path,
+            "application/json",
+            None,
+            MAX_DISCOVERY_BYTES,
+            timeout,
+        )
+        .await
+    {
+        Ok(Some((body, _))) => match serde_json::from_slice::<Value>(&body) {
+            Ok(doc) if doc.get("kind").and_then(Value::as_str) == Some("APIResourceList") => {
+                (true, "Passed", "all checks passed".into(), Some(doc))
+            }
+            Ok(_) => (
+                false,
+                "FailedDiscoveryCheck",
+                failing("the answer is not an APIResourceList".into()),
+                None,
+            ),
+            Err(e) => (
+                false,
+                "FailedDiscoveryCheck",
+                failing(format!("invalid JSON: {e}")),
+                None,
+            ),
+        },
+        Ok(None) => (
+            false,
+            "FailedDiscoveryCheck",
+            failing("unexpected 304".into()),
+            None,
+        ),
+        Err(e) => (false, "FailedDiscoveryCheck", failing(e.to_string()), None),
+    }
+}

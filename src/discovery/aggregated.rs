@@ -1,0 +1,219 @@
+//! Aggregated discovery (`apidiscovery.k8s.io/v2`, and `v2beta1` for older clients): the
+//! resources of every group version in one `APIGroupDiscoveryList`. Each APIService contributes
+//! the APIResourceList its backend last served (from the availability controller), marked
+//! `Stale` while the backend is unavailable. Groups are ordered as upstream orders this
+//! document: by the highest groupPriorityMinimum of their versions, ties by name.
+
+use super::order::compare_kube_aware;
+use crate::availability::State;
+use crate::registry::ApiService;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+/// One group's APIServices with what their backends serve.
+pub struct Member<'a> {
+    pub svc: &'a ApiService,
+    pub state: Option<&'a State>,
+}
+
+/// The `items` of the list for `services` (every APIService, any order).
+pub fn items(services: &[Member<'_>]) -> Vec<Value> {
+    let mut groups: HashMap<&str, Vec<&Member<'_>>> = HashMap::new();
+    for m in services.iter().filter(|m| !m.svc.group.is_empty()) {
+        groups.entry(&m.svc.group).or_default().push(m);
+    }
+    let mut ordered: Vec<(&str, Vec<&Member<'_>>)> = groups.into_iter().collect();
+    let top = |ms: &[&Member<'_>]| {
+        ms.iter()
+            .map(|m| m.svc.group_priority_minimum)
+            .max()
+            .unwrap_or(0)
+    };
+    ordered.sort_by(|(a, am), (b, bm)| top(bm).cmp(&top(am)).then_with(|| a.cmp(b)));
+    ordered
+        .into_iter()
+        .filter_map(|(name, mut members)| {
+            members.sort_by(|a, b| {
+                b.svc
+                    .version_priority
+                    .cmp(&a.svc.version_priority)
+                    .then_with(|| compare_kube_aware(&b.svc.version, &a.svc.version))
+            });
+            let versions: Vec<Value> = members.iter().filter_map(|m| version(m)).collect();
+            (!versions.is_empty()).then(|| {
+                json!({"metadata": {"name": name, "creationTimestamp": null}, "versions": versions})
+            })
+        })
+        .collect()
+}
+
+/// One version entry, or None while nothing is known of the backend's resources.
+fn version(m: &Member<'_>) -> Option<Value> {
+    let state = m.state?;
+    let list = state.resources.as_ref()?;
+    let fresh = state.condition.available;
+    Some(json!({
+        "version": m.svc.version,
+        "resources": resources(list, &m.svc.group, &m.svc.version),
+        "freshness": if fresh { "Current" } else { "Stale" },
+    }))
+}
+
+/// Converts a legacy APIResourceList into aggregated resources with nested subresources.
+pub fn resources(list: &Value, group: &str, version: &str) -> Vec<Value> {
+    let empty = Vec::new();
+    let all = list["resources"].as_array().unwrap_or(&empty);
+    let kind_of = |r: &Value| {
+        json!({
+            "group": r["group"].as_str().unwrap_or(group),
+            "version": r["version"].as_str().unwrap_or(version),
+            "kind": r["kind"].as_str().unwrap_or_default(),
+        })
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for r in all
+        .iter()
+        .filter(|r| r["name"].as_str().is_some_and(|n| !n.contains('/')))
+    {
+        let mut res = Map::new();
+        res.insert("resource".into(), r["name"].clone());
+        res.insert("responseKind".into(), kind_of(r));
+        res.insert(
+            "scope".into(),
+            json!(if r["namespaced"].as_bool() == Some(true) {
+                "Namespaced"
+            } else {
+                "Cluster"
+            }),
+        );
+        res.insert(
+            "singularResource".into(),
+            json!(r["singularName"].as_str().unwrap_or_default()),
+        );
+        res.insert("verbs".into(), r["verbs"].clone());
+        for (from, to) in [("shortNames", "shortNames"), ("categories", "categories")] {
+            if r[from].as_array().is_some_and(|a| !a.is_empty()) {
+                res.insert(to.into(), r[from].clone());
+            }
+        }
+        let parent = r["name"].as_str().unwrap_or_default();
+        let subs: Vec<Value> = all
+            .iter()
+            .filter_map(|s| {
+                let (p, sub) = s["name"].as_str()?.split_once('/')?;
+                (p == parent).then(
+                    || json!({"subresource": sub, "responseKind": kind_of(s), "verbs": s["verbs"]}),
+                )
+            })
+            .collect();
+        if !subs.is_empty() {
+            res.insert("subresources".into(), Value::Array(subs));
+        }
+        out.push(Value::Object(res));
+    }
+    out
+}
+
+/// The whole document at `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`).
+pub fn list(items: &[Value], api_version: &str) -> Value {
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+/// The `apiregistration.k8s.io` entry the gateway serves itself.
+pub fn apiregistration_item() -> Value {
+    let list = crate::apiservices::resource_list();
+    json!({
+        "metadata": {"name": crate::apiservices::GROUP, "creationTimestamp": null},
+        "versions": [{"version": "v1", "resources": resources(&list, crate::apiservices::GROUP, "v1"), "freshness": "Current"}]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::availability::Condition;
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {
+        ApiService::from_value(json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {"group": group, "version": version, "groupPriorityMinimum": gpm,
+                     "versionPriority": vp, "service": {"name": "s", "namespace": "n"}}
+        }))
+        .unwrap()
+    }
+
+    fn state(available: bool) -> State {
+        State {
+            condition: Condition {
+                available,
+                reason: "Passed",
+                message: String::new(),
+                last_transition: SystemTime::now(),
+            },
+            resources: Some(Arc::new(json!({"kind": "APIResourceList", "resources": [
+                {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
+                 "verbs": ["get", "list"], "shortNames": ["fl"]},
+                {"name": "flunders/status", "singularName": "", "namespaced": true, "kind": "Flunder", "verbs": ["get"]},
+                {"name": "clusterthings", "singularName": "clusterthing", "namespaced": false, "kind": "ClusterThing", "verbs": ["get"]}
+            ]}))),
+        }
+    }
+
+    #[test]
+    fn converts_resources_with_subresources() {
+        let r = resources(state(true).resources.unwrap().as_ref(), "g", "v1");
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0]["resource"], "flunders");
+        assert_eq!(r[0]["scope"], "Namespaced");
+        assert_eq!(r[0]["shortNames"], json!(["fl"]));
+        assert_eq!(
+            r[0]["responseKind"],
+            json!({"group": "g", "version": "v1", "kind": "Flunder"})
+        );
+        assert_eq!(r[0]["subresources"][0]["subresource"], "status");
+        assert_eq!(r[1]["scope"], "Cluster");
+        assert!(r[1].get("subresources").is_none());
+    }
+
+    #[test]
+    fn groups_rank_by_highest_priority_then_name_and_stale_when_down() {
+        let (a1, a2, b, c) = (
+            svc("a.example.com", "v1", 100, 10),
+            svc("a.example.com", "v2", 3000, 20),
+            svc("b.example.com", "v1", 2000, 10),
+            svc("c.example.com", "v1", 3000, 10),
+        );
+        let (up, down) = (state(true), state(false));
+        let members = [
+            Member {
+                svc: &a1,
+                state: Some(&up),
+            },
+            Member {
+                svc: &a2,
+                state: Some(&down),
+            },
+            Member {
+                svc: &b,
+                state: Some(&up),
+            },
+            Member {
+                svc: &c,
+                state: None,
+            },
+        ];
+        let got = items(&members);
+        let names: Vec<&str> = got
+            .iter()
+            .map(|g| g["metadata"]["name"].as_str().unwrap())
+            .collect();
+        // c has never answered: no versions, so it is left out until it does.
+        assert_eq!(names, ["a.example.com", "b.example.com"]);
+        assert_eq!(got[0]["versions"][0]["version"], "v2");
+        assert_eq!(got[0]["versions"][0]["freshness"], "Stale");
+        assert_eq!(got[0]["versions"][1]["freshness"], "Current");
+    }
+}

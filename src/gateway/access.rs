@@ -1,0 +1,122 @@
+//! One access-log line and the request metrics per request, written when the response body
+//! ends (so a watch is logged with its real duration and bytes): user, verb, path, code, bytes,
+//! duration and APIService. Never a header value, token or body.
+
+use crate::body::{Body, BoxError};
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// What is known of a request when its response head is ready.
+pub struct Record {
+    pub metrics: Arc<Metrics>,
+    pub remote: std::net::SocketAddr,
+    pub user: String,
+    pub verb: String,
+    pub path: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub apiservice: Option<String>,
+    pub code: u16,
+    pub long_running: bool,
+    pub start: Instant,
+}
+
+impl Record {
+    /// Counts the request and its time to the response head; the line is logged when `body` ends.
+    pub fn wrap(self, body: Body) -> Body {
+        let m = &self.metrics;
+        let labels = [
+            self.verb.as_str(),
+            &self.group,
+            &self.version,
+            &self.resource,
+        ];
+        m.requests
+            .with_label_values(&[
+                labels[0],
+                labels[1],
+                labels[2],
+                labels[3],
+                &self.code.to_string(),
+            ])
+            .inc();
+        m.latency
+            .with_label_values(&labels)
+            .observe(self.start.elapsed().as_secs_f64());
+        m.in_flight
+            .with_label_values(&[kind(self.long_running)])
+            .inc();
+        http_body_util::BodyExt::boxed(Logged {
+            inner: body,
+            bytes: 0,
+            record: self,
+        })
+    }
+}
+
+fn kind(long_running: bool) -> &'static str {
+    if long_running {
+        "long-running"
+    } else {
+        "short"
+    }
+}
+
+struct Logged {
+    inner: Body,
+    bytes: u64,
+    record: Record,
+}
+
+impl http_body::Body for Logged {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.bytes += data.len() as u64;
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let r = &self.record;
+        r.metrics
+            .in_flight
+            .with_label_values(&[kind(r.long_running)])
+            .dec();
+        tracing::info!(
+            target: "apigw::access",
+            remote = %r.remote,
+            user = %r.user,
+            verb = %r.verb,
+            path = %r.path,
+            code = r.code,
+            bytes = self.bytes,
+            duration_ms = r.start.elapsed().as_secs_f64() * 1000.0,
+            apiservice = r.apiservice.as_deref().unwrap_or(""),
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! The request pipeline of the front door: health and version (public) -> authenticate ->
+//! authorize -> route ([`routes`]), with a timeout on requests that are not long-running, and
+//! an access line and metrics per request ([`access`]). Also owns start-up ([`Gateway::build`]
+//! loads every file the configuration names) and the run loop with graceful shutdown ([`run`]).
+
+mod access;
+mod health;
+mod routes;
+
+pub use health::Health;
+
+use crate::apiservices::ApiServices;
+use crate::authn::{
+    Authenticator, CertAuthenticator, PeerIdentity, RequestHeaderConfig, TokenFile,
+};
+use crate::authz::{Attributes, Authorizer};
+use crate::availability::{self, Availability};
+use crate::body::Body;
+use crate::config::Config;
+use crate::discovery;
+use crate::errors::{json_response, Status};
+use crate::metrics::Metrics;
+use crate::proxy::{Proxy, ProxySettings, Resolver};
+use crate::registry::Registry;
+use crate::server::ConnInfo;
+use crate::tls::{self, PeerVerifier, ReloadingCert};
+use anyhow::Context as _;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use serde_json::json;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Everything a request may need, shared by all connections.
+pub struct Gateway {
+    pub registry: Arc<Registry>,
+    pub availability: Arc<Availability>,
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+    apiservices: Arc<ApiServices>,
+    discovery: discovery::Cache,
+    proxy: Arc<Proxy>,
+    authn: Authenticator,
+    certs: CertAuthenticator,
+    authz: Authorizer,
+    request_timeout: Duration,
+    /// Certificates whose expiry `/metrics` reports.
+    expiring: Vec<(&'static str, Arc<ReloadingCert>)>,
+}
+
+/// What `build` returns besides the gateway: the TLS config and the files to watch.
+pub struct Built {
+    pub gateway: Arc<Gateway>,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub reloading: Vec<Arc<ReloadingCert>>,
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+impl Gateway {
+    /// Loads every certificate, key and token file the configuration names.
+    pub fn build(cfg: &Config, registry: Arc<Registry>) -> anyhow::Result<Built> {
+        let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
+        let mut reloading = vec![serving.clone()];
+        let mut expiring = vec![("serving", serving.clone())];
+        let mut client_cas = Vec::new();
+        let mut certs = CertAuthenticator::default();
+        if let Some(path) = &cfg.client_ca {
+            let cas = tls::load_certs(path)?;
+            certs.users = Some(PeerVerifier::new(&cas, &path.display().to_string())?);
+            client_cas.extend(cas);
+        }
+        let mut authn = Authenticator {
+            anonymous: cfg.anonymous,
+            ..Default::default()
+        };
+        let mut extra_identity_headers = Vec::new();
+        if let Some(rh) = &cfg.request_header {
+            let cas = tls::load_certs(&rh.client_ca)?;
+            certs.front_proxy = Some(PeerVerifier::new(
+                &cas,
+                &rh.client_ca.display().to_string(),
+            )?);
+            certs.allowed_names = rh.allowed_names.clone();
+            client_cas.extend(cas);
+            authn.request_header = Some(RequestHeaderConfig {
+                username_headers: rh.username_headers.clone(),
+                group_headers: rh.group_headers.clone(),
+                extra_prefixes: rh.extra_prefixes.clone(),
+            });
+            extra_identity_headers
+                .extend(rh.username_headers.iter().chain(&rh.group_headers).cloned());
+        }
+        if let Some(path) = &cfg.token_file {
+            authn.tokens = Some(TokenFile::load(path)?);
+        }
+        let proxy_cert = match &cfg.proxy_client {
+            Some((cert, key)) => {
+                let c = ReloadingCert::load(cert, key)?;
+                reloading.push(c.clone());
+                expiring.push(("proxy-client", c.clone()));
+                Some(c)
+            }
+            None => None,
+        };
+        let default_roots = match &cfg.service_ca {
+            Some(path) => tls::load_certs(path)?,
+            None => rustls_native_certs::load_native_certs().certs,
+        };
+        let delegate = match &cfg.delegate {
+            Some(d) => {
+                let cas = match &d.ca_file {
+                    Some(path) => tls::load_certs(path)?,
+                    None => default_roots.clone(),
+                };
+                Some((d.host.clone(), d.port, cas))
+            }
+            None => None,
+        };
+        let metrics = Arc::new(Metrics::default());
+        let proxy = Proxy::new(ProxySettings {
+            resolver: Resolver {
+                fixed: cfg.resolve.clone(),
+            },
+            proxy_cert,
+            default_roots,
+            delegate,
+            extra_identity_headers,
+            metrics: metrics.clone(),
+        })
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        let tls = tls::server_config(serving, &client_cas).context("serving TLS")?;
+        let gateway = Arc::new(Self {
+            registry,
+            availability: Arc::default(),
+            metrics,
+            health: Health::default(),
+            apiservices: Arc::default(),
+            discovery: discovery::Cache::default(),
+            proxy: Arc::new(proxy),
+            authn,
+            certs,
+            authz: Authorizer::new(cfg.authorization.clone()),
+            request_timeout: cfg.request_timeout,
+            expiring,
+        });
+        Ok(Built {
+            gateway,
+            tls: Arc::new(tls),
+            reloading,
+        })
+    }
+
+    /// The request handler of one connection; its client certificate is examined once, here.
+    pub fn connection(
+        self: &Arc<Self>,
+        conn: ConnInfo,
+    ) -> impl Fn(Request<Incoming>) -> ResponseFuture + Clone + Send + Sync + 'static {
+        let peer = Arc::new(self.certs.examine(&conn.peer_chain));
+        let gateway = self.clone();
+        let remote = conn.remote;
+        move |req| {
+            let (gateway, peer) = (gateway.clone(), peer.clone());
+            Box::pin(async move { gateway.handle(req, &peer, remote).await })
+        }
+    }
+
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: &PeerIdentity,
+        remote: SocketAddr,
+    ) -> Response<Body> {
+        let start = Instant::now();
+        if let Some(res) = self.public(&req) {
+            return res;
+        }
+        let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        let long_running = is_long_running(&attrs, &req);
+        let (user, res) = match self.authn.authenticate(req.headers(), peer) {
+            Err(status) => (String::new(), status.into_response()),
+            Ok(identity) => {
+                let res = match self
+                    .authz
+                    .authorize(&identity, req.method(), req.uri().path())
+                {
+                    Err(status) => status.into_response(),
+                    Ok(()) if long_running => self.route(req, &identity, remote).await,
+                    Ok(()) => match tokio::time::timeout(
+                        self.request_timeout,
+                        self.route(req, &identity, remote),
+                    )
+                    .await
+                    {
+                        Ok(res) => res,
+                        Err(_) => Status::gateway_timeout(
+                            "Timeout: request did not complete within the allotted timeout",
+                        )
+                        .into_response(),
+                    },
+                };
+                (identity.user, res)
+            }
+        };
+        let apiservice = (!attrs.group.is_empty())
+            .then(|| format!("{}.{}", attrs.version, attrs.group))
+            .filter(|name| self.registry.snapshot().get(name).is_some());
+        let record = access::Record {
+            metrics: self.metrics.clone(),
+            remote,
+            user,
+            code: res.status().as_u16(),
+            long_running,
+            start,
+            apiservice,
+            verb: attrs.verb,
+            path: attrs.path,
+            group: attrs.group,
+            version: attrs.version,
+            resource: attrs.resource,
+        };
+        res.map(|body| record.wrap(body))
+    }
+
+    /// Health and version: answered without credentials, as kube-apiserver does.
+    fn public<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+        if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+            return None;
+        }
+        let path = req.uri().path();
+        if matches!(path, "/version" | "/version/") {
+            return Some(json_response(&version()));
+        }
+        self.health.respond(path, req.uri().query())
+    }
+
+    /// `/metrics`, with certificate expiry read at scrape time.
+    fn metrics_response(&self) -> Response<Body> {
+        for (label, cert) in &self.expiring {
+            if let Some(not_after) = cert.current().cert.first().and_then(|c| {
+                x509_parser::parse_x509_certificate(c.as_ref())
+                    .ok()
+                    .map(|(_, x)| x.validity().not_after.timestamp())
+            }) {
+                self.metrics
+                    .cert_expiry
+                    .with_label_values(&[label])
+                    .set(not_after as f64);
+            }
+        }
+        let mut res = Response::new(crate::body::full(self.metrics.render()));
+        res.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        );
+        res
+    }
+}
+
+/// Requests exempt from the request timeout, as kube-apiserver's long-running check: watches,
+/// upgrades, exec/attach/port-forward/proxy, and followed logs.
+fn is_long_running<B>(attrs: &Attributes, req: &Request<B>) -> bool {
+    attrs.verb == "watch"
+        || req.headers().contains_key(http::header::UPGRADE)
+        || matches!(
+            attrs.subresource.as_str(),
+            "exec" | "attach" | "portforward" | "proxy"
+        )
+        || (attrs.subresource == "log"
+            && req.uri().query().is_some_and(|q| {
+                q.split('&')
+                    .any(|kv| kv == "follow=true" || kv == "follow=1")
+            }))
+}
+
+/// `/version`, in kube-apiserver's shape.
+fn version() -> serde_json::Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": concat!("v", env!("CARGO_PKG_VERSION"), "+apigw"),
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        "goVersion": "",
+        "compiler": "rustc",
+    })
+}
+
+/// Runs a gateway for `cfg` on `listener` until `shutdown` resolves: loads and watches the
+/// manifest directory and certificate files, runs the availability controller, serves, then
+/// shuts down gracefully (readiness fails, accepting stops after the shutdown delay, in-flight
+/// requests get the grace period).
+pub async fn run(
+    cfg: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let registry = Registry::new();
+    let built = Gateway::build(&cfg, registry.clone())?;
+    let gateway = built.gateway;
+    let _watcher = match &cfg.apiservice_dir {
+        Some(dir) => Some(
+            crate::registry::watch_dir(dir.clone(), registry.clone())
+                .with_context(|| format!("watching {}", dir.display()))?,
+        ),
+        None => {
+            registry.replace(crate::registry::Snapshot::default());
+            None
+        }
+    };
+    tls::watch_cert_files(built.reloading, Duration::from_secs(2));
+    availability::spawn(
+        registry.clone(),
+        gateway.proxy.clone(),
+        gateway.availability.clone(),
+        gateway.metrics.clone(),
+        availability::Settings {
+            interval: cfg.availability_interval,
+            timeout: cfg.availability_timeout,
+        },
+    );
+    gateway
+        .apiservices
+        .spawn(registry.clone(), gateway.availability.clone());
+    spawn_latches(&gateway);
+    if let Some(addr) = cfg.metrics_listen {
+        routes::serve_metrics(gateway.clone(), addr).await?;
+    }
+    tracing::info!(addr = %listener.local_addr()?, "apigw serving");
+    let draining = gateway.clone();
+    let delay = cfg.shutdown_delay;
+    let stop = async move {
+        shutdown.await;
+        draining.health.shutting_down.store(true, Ordering::Release);
+        if !delay.is_zero() {
+            tracing::info!(
+                ?delay,
+                "readiness failing; still accepting during the shutdown delay"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    };
+    let limits = crate::server::Limits {
+        grace: cfg.shutdown_grace,
+        ..Default::default()
+    };
+    let g = gateway.clone();
+    crate::server::serve(
+        listener,
+        built.tls,
+        move |conn: ConnInfo| g.connection(conn),
+        limits,
+        stop,
+    )
+    .await;
+    Ok(())
+}
+
+/// Releases the readiness latches and keeps backend pools in step with the registry.
+fn spawn_latches(gateway: &Arc<Gateway>) {
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        let mut loaded = g.registry.subscribe();
+        if loaded.wait_for(|generation| *generation > 0).await.is_ok() {
+            g.health.registry_loaded.store(true, Ordering::Release);
+        }
+        let mut rounds = g.availability.subscribe();
+        if rounds.wait_for(|round| *round > 0).await.is_ok() {
+            g.health.availability_synced.store(true, Ordering::Release);
+        }
+    });
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        let mut changes = g.registry.subscribe();
+        while changes.changed().await.is_ok() {
+            let snapshot = g.registry.snapshot();
+            let live: Vec<_> = snapshot.iter().map(|s| s.as_ref()).collect();
+            g.proxy.retain(&live);
+        }
+    });
+}

@@ -1,0 +1,124 @@
+//! Where an authenticated request goes: discovery and the `apiregistration.k8s.io` API are
+//! answered from the registry; `/apis/<group>/<version>/...` goes to the APIService's backend
+//! (503 at once while it is unavailable); `/metrics` to the metrics; anything else to the
+//! delegate, or 404.
+
+use super::Gateway;
+use crate::apiservices::{self, GROUP};
+use crate::authn::Identity;
+use crate::body::Body;
+use crate::discovery;
+use crate::errors::Status;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+impl Gateway {
+    pub(super) async fn route(
+        &self,
+        req: Request<Incoming>,
+        identity: &Identity,
+        remote: SocketAddr,
+    ) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let snapshot = self.registry.snapshot();
+        let docs = || {
+            let key = (snapshot.generation, self.availability.round());
+            self.discovery.get(&snapshot, &self.availability.all(), key)
+        };
+        match segments.as_slice() {
+            ["api"] | ["api", ""] if self.proxy.delegate().is_none() => {
+                return discovery::serve(&req, &docs().api)
+            }
+            ["apis"] | ["apis", ""] => return discovery::serve(&req, &docs().apis),
+            ["apis", GROUP] | ["apis", GROUP, ""] => {
+                return apiservices::document(&apiservices::group_document());
+            }
+            ["apis", GROUP, "v1"] | ["apis", GROUP, "v1", ""] => {
+                return apiservices::document(&apiservices::resource_list());
+            }
+            ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
+            ["apis", group] | ["apis", group, ""] => {
+                if let Some(doc) = docs().groups.get(*group) {
+                    return discovery::serve(&req, std::slice::from_ref(doc));
+                }
+            }
+            ["apis", group, version, ..] => {
+                if let Some(svc) = snapshot.lookup(group, version) {
+                    if let Some(state) = self.availability.get(&svc.name) {
+                        if !state.condition.available {
+                            return Status::service_unavailable(format!(
+                                "service unavailable: APIService {} is not available ({}): {}",
+                                svc.name, state.condition.reason, state.condition.message
+                            ))
+                            .into_response();
+                        }
+                    }
+                    return match self.proxy.backend_for(svc) {
+                        Ok(backend) => {
+                            self.proxy
+                                .forward(&backend, req, identity, remote, &svc.name)
+                                .await
+                        }
+                        Err(status) => status.into_response(),
+                    };
+                }
+            }
+            ["metrics"] => return self.metrics_response(),
+            _ => {}
+        }
+        match self.proxy.delegate() {
+            Some(delegate) => {
+                self.proxy
+                    .forward(delegate, req, identity, remote, "delegate")
+                    .await
+            }
+            None => Status::not_found("the server could not find the requested resource")
+                .into_response(),
+        }
+    }
+}
+
+/// Serves `/metrics` and the health endpoints without authentication on a separate plain-HTTP
+/// address (`--metrics-bind-address`), for scrapers inside a trusted network.
+pub(super) async fn serve_metrics(gateway: Arc<Gateway>, addr: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("metrics listener {addr}: {e}"))?;
+    tracing::info!(%addr, "serving /metrics over plain HTTP");
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let g = gateway.clone();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let g = g.clone();
+                async move {
+                    let res = match req.uri().path() {
+                        "/metrics" => g.metrics_response(),
+                        path => g
+                            .health
+                            .respond(path, req.uri().query())
+                            .unwrap_or_else(|| {
+                                Status::not_found(
+                                    "the server could not find the requested resource",
+                                )
+                                .into_response()
+                            }),
+                    };
+                    Ok::<_, std::convert::Infallible>(res)
+                }
+            });
+            tokio::spawn(async move {
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
