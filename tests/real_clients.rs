@@ -213,3 +213,115 @@ async fn openssl_sees_alpn_and_the_serving_chain() {
     assert!(text.contains("ALPN protocol: h2"), "{text}");
     assert!(text.contains("Verify return code: 0 (ok)"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_get_apiservices_shows_the_upstream_columns() {
+    let d = dev().await;
+    let table = d.kubectl(&["get", "apiservices"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"], "{table}");
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("v1alpha1.wardle.example.com"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..3],
+        [
+            "v1alpha1.wardle.example.com",
+            "wardle-namespace/wardle-server",
+            "True"
+        ],
+        "{table}"
+    );
+    let yaml = d
+        .kubectl(&[
+            "get",
+            "apiservice",
+            "v1alpha1.wardle.example.com",
+            "-o",
+            "yaml",
+        ])
+        .await;
+    assert!(
+        yaml.contains("type: Available")
+            && yaml.contains("reason: Passed")
+            && yaml.contains("status: \"True\""),
+        "{yaml}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_api_resources_uses_aggregated_discovery() {
+    let d = dev().await;
+    let out = d
+        .kubectl(&["api-resources", "--api-group=wardle.example.com"])
+        .await;
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("flunders"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row,
+        [
+            "flunders",
+            "fl",
+            "wardle.example.com/v1alpha1",
+            "true",
+            "Flunder"
+        ],
+        "{out}"
+    );
+    let p = |n: &str| d.world.pki.path(n).display().to_string();
+    let url = format!("https://127.0.0.1:{}/apis", d.gw.addr.port());
+    let accept = "Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let doc = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--fail".into(),
+            "-H".into(),
+            accept.into(),
+            "--cacert".into(),
+            p("ca.crt"),
+            "--cert".into(),
+            p("alice.crt"),
+            "--key".into(),
+            p("alice.key"),
+            url,
+        ],
+    )
+    .await;
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    assert_eq!(
+        doc["items"][0]["metadata"]["name"],
+        "apiregistration.k8s.io"
+    );
+    let wardle = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "wardle.example.com")
+        .unwrap();
+    let flunders = &wardle["versions"][0]["resources"][0];
+    assert_eq!(flunders["resource"], "flunders");
+    assert_eq!(flunders["shortNames"], serde_json::json!(["fl"]));
+    assert!(
+        flunders["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "watch"),
+        "{flunders}"
+    );
+    assert_eq!(wardle["versions"][0]["freshness"], "Current");
+}

@@ -177,6 +177,9 @@ async fn check(
     timeout: Duration,
 ) -> State {
     let (available, reason, message, resources) = probe(proxy, svc, timeout).await;
+    if !available {
+        proxy.evict(svc);
+    }
     let last_transition = match previous {
         Some(p) if p.condition.available == available => p.condition.last_transition,
         _ => SystemTime::now(),

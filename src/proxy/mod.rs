@@ -37,6 +37,17 @@ struct BackendKey {
     insecure: bool,
 }
 
+impl BackendKey {
+    /// True when requests for `svc` use this backend.
+    fn serves(&self, svc: &ApiService) -> bool {
+        svc.service
+            .as_ref()
+            .is_some_and(|s| s.host() == self.host && s.port == self.port)
+            && svc.ca_bundle == self.ca_bundle
+            && svc.insecure_skip_tls_verify == self.insecure
+    }
+}
+
 /// One backend: the name its certificate must carry, and its pooled clients.
 pub struct Backend {
     host: String,
@@ -45,6 +56,9 @@ pub struct Backend {
     client: Client<Connector, Body>,
     /// HTTP/1.1 only: upgrades (exec, attach, port-forward) never travel over h2.
     upgrade_client: Client<Connector, Body>,
+    /// A new connection for every request: the gateway's own checks must prove that the
+    /// service resolves, accepts and verifies now, not that an old connection still works.
+    probe_client: Client<Connector, Body>,
 }
 
 /// Shared proxy state.
@@ -155,18 +169,17 @@ impl Proxy {
         Ok(backend)
     }
 
+    /// Drops the pooled connections of an APIService's backend (after a failed check: they
+    /// lead to a server that no longer accepts, or no longer verifies).
+    pub fn evict(&self, svc: &ApiService) {
+        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        backends.retain(|k, _| !k.serves(svc));
+    }
+
     /// Drops pools of backends no APIService uses any more.
     pub fn retain(&self, live: &[&ApiService]) {
         let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        backends.retain(|k, _| {
-            live.iter().any(|s| {
-                s.service
-                    .as_ref()
-                    .is_some_and(|svc| svc.host() == k.host && svc.port == k.port)
-                    && s.ca_bundle == k.ca_bundle
-                    && s.insecure_skip_tls_verify == k.insecure
-            })
-        });
+        backends.retain(|k, _| live.iter().any(|s| k.serves(s)));
     }
 
     /// Forwards `req` from `client` as `identity` to `backend` (serving APIService `name`) and
@@ -200,7 +213,7 @@ impl Backend {
         resolver: Arc<Resolver>,
     ) -> Result<Self, Status> {
         let what = format!("backend {host}:{port}");
-        let make = |alpn: &[&[u8]]| {
+        let make = |alpn: &[&[u8]], max_idle: usize| {
             let trust = match &trust {
                 Trust::Roots(cas) => Trust::Roots(cas),
                 Trust::Insecure => Trust::Insecure,
@@ -215,13 +228,14 @@ impl Backend {
             Ok::<_, Status>(
                 Client::builder(TokioExecutor::new())
                     .pool_idle_timeout(Duration::from_secs(90))
-                    .pool_max_idle_per_host(64)
+                    .pool_max_idle_per_host(max_idle)
                     .build(connector),
             )
         };
         Ok(Self {
-            client: make(&[b"h2", b"http/1.1"])?,
-            upgrade_client: make(&[b"http/1.1"])?,
+            client: make(&[b"h2", b"http/1.1"], 64)?,
+            upgrade_client: make(&[b"http/1.1"], 64)?,
+            probe_client: make(&[b"h2", b"http/1.1"], 0)?,
             host,
             port,
         })
@@ -372,7 +386,7 @@ impl Backend {
             };
             set_identity(req.headers_mut(), &fwd, &|_| false);
             req.headers_mut().remove("x-forwarded-for");
-            let res = self.client.request(req).await.map_err(|e| {
+            let res = self.probe_client.request(req).await.map_err(|e| {
                 FetchError::Unreachable(
                     std::error::Error::source(&e).map_or_else(|| e.to_string(), chain),
                 )

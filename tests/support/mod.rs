@@ -193,7 +193,32 @@ impl World {
             &[san.unwrap_or(&host)],
             true,
         );
-        Echo::start(&crt, &k, &self.pki.path("front-proxy-ca.crt"), host).await
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Echo::start(
+            &crt,
+            &k,
+            &self.pki.path("front-proxy-ca.crt"),
+            host,
+            listener,
+        )
+        .await
+    }
+
+    /// Starts `echo`'s server again, on the same address and with the same certificate.
+    pub async fn restart(&self, key: &str, echo: &Echo) -> Echo {
+        let (crt, k) = (
+            self.pki.path(&format!("be-{key}.crt")),
+            self.pki.path(&format!("be-{key}.key")),
+        );
+        let listener = TcpListener::bind(echo.addr).await.unwrap();
+        Echo::start(
+            &crt,
+            &k,
+            &self.pki.path("front-proxy-ca.crt"),
+            echo.host.clone(),
+            listener,
+        )
+        .await
     }
 
     /// Writes an APIService manifest (JSON) into the watched directory.
@@ -291,6 +316,14 @@ pub struct Gateway {
     _task: tokio::task::JoinHandle<()>,
 }
 
+impl Gateway {
+    /// Sends the shutdown signal; the returned handle ends when the gateway has drained.
+    pub fn shutdown(self) -> tokio::task::JoinHandle<()> {
+        let _ = self._stop.send(());
+        self._task
+    }
+}
+
 /// A backend that answers every request with a JSON description of it, and records it.
 pub struct Echo {
     pub host: String,
@@ -300,11 +333,16 @@ pub struct Echo {
 }
 
 impl Echo {
-    async fn start(crt: &Path, key: &Path, front_proxy_ca: &Path, host: String) -> Self {
+    async fn start(
+        crt: &Path,
+        key: &Path,
+        front_proxy_ca: &Path,
+        host: String,
+        listener: TcpListener,
+    ) -> Self {
         let cert = apigw::tls::ReloadingCert::load(crt, key).unwrap();
         let cas = apigw::tls::load_certs(front_proxy_ca).unwrap();
         let tls = Arc::new(apigw::tls::server_config(cert, &cas).unwrap());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let log = seen.clone();
@@ -334,6 +372,21 @@ impl Echo {
             addr,
             seen,
             _stop: tx,
+        }
+    }
+
+    /// Stops accepting connections (open ones finish what they are doing).
+    pub fn stop(self) -> SocketAddr {
+        self.addr
+    }
+
+    /// An `Echo` naming a stopped server's address and host, to restart it.
+    pub fn placeholder(addr: SocketAddr, host: &str) -> Echo {
+        Echo {
+            host: host.to_string(),
+            addr,
+            seen: Arc::default(),
+            _stop: tokio::sync::oneshot::channel().0,
         }
     }
 
@@ -393,6 +446,9 @@ async fn echo(
                            "verbs": ["get", "list", "create"], "shortNames": ["th"]}]
         });
         Response::new(full(list.to_string()))
+    } else if path.ends_with("/slow") {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        Response::new(full(entry.to_string()))
     } else if path.ends_with("/redirect") {
         let mut r = Response::new(full("moved"));
         *r.status_mut() = http::StatusCode::FOUND;

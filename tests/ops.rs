@@ -1,0 +1,400 @@
+//! Operations end to end: availability flips with the backend, fast 503s, the apiservices API
+//! (list, get, watch, Table through kubectl), metrics, health, certificate rotation and
+//! graceful shutdown under load.
+
+mod support;
+
+use bytes::Bytes;
+use http::Request;
+use std::time::Duration;
+use support::{eventually, World};
+
+async fn condition(
+    c: &support::Client,
+    gw: &support::Gateway,
+    name: &str,
+) -> (String, String, String) {
+    let a = c
+        .get(
+            gw.addr,
+            &format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}"),
+        )
+        .await;
+    let cond = &a.json()["status"]["conditions"][0];
+    let s = |k: &str| cond[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"), s("message"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn availability_follows_the_backend_and_unavailable_fails_fast() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[(&echo, echo.addr)]);
+    cfg.availability_interval = Duration::from_millis(300);
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+    assert_eq!(condition(&c, &gw, "v1.a.example.com").await.0, "True");
+    assert_eq!(c.get(gw.addr, "/apis/a.example.com/v1/x").await.status, 200);
+
+    let addr = echo.stop();
+    let down = eventually(5, || async {
+        condition(&c, &gw, "v1.a.example.com").await.0 == "False"
+    })
+    .await;
+    assert!(down, "Available stayed True after the backend stopped");
+    let (_, reason, message) = condition(&c, &gw, "v1.a.example.com").await;
+    assert_eq!(reason, "FailedDiscoveryCheck");
+    assert!(message.contains(&format!("dial tcp {addr}")), "{message}");
+    let st = c
+        .get(gw.addr, "/apis/a.example.com/v1/x")
+        .await
+        .assert_status(503);
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("service unavailable"),
+        "{st}"
+    );
+    let metrics = String::from_utf8(c.get(gw.addr, "/metrics").await.body.to_vec()).unwrap();
+    assert!(
+        metrics.contains("aggregator_unavailable_apiservice{name=\"v1.a.example.com\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("aggregator_unavailable_apiservice_total{name=\"v1.a.example.com\",reason=\"FailedDiscoveryCheck\"} 1"), "{metrics}");
+
+    let back = w
+        .restart("a", &support::Echo::placeholder(addr, "a-svc.a-ns.svc"))
+        .await;
+    let up = eventually(5, || async {
+        condition(&c, &gw, "v1.a.example.com").await.0 == "True"
+    })
+    .await;
+    assert!(up, "Available did not come back");
+    assert_eq!(c.get(gw.addr, "/apis/a.example.com/v1/x").await.status, 200);
+    assert!(!back.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cert_that_stops_verifying_is_reported_with_the_reason() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let c = w.client(Some("alice"));
+    // The caBundle changes to a CA that did not sign the serving cert.
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.rogue_ca,
+    );
+    let down = eventually(5, || async {
+        condition(&c, &gw, "v1.a.example.com").await.0 == "False"
+    })
+    .await;
+    assert!(down);
+    let (_, reason, message) = condition(&c, &gw, "v1.a.example.com").await;
+    assert_eq!(reason, "FailedDiscoveryCheck");
+    assert!(
+        message.contains("invalid peer certificate") && message.contains("UnknownIssuer"),
+        "{message}"
+    );
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    assert!(
+        eventually(5, || async {
+            condition(&c, &gw, "v1.a.example.com").await.0 == "True"
+        })
+        .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiservices_list_get_watch_and_local() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let c = w.client(Some("alice"));
+    let list = c
+        .get(gw.addr, "/apis/apiregistration.k8s.io/v1/apiservices")
+        .await
+        .json();
+    assert_eq!(list["kind"], "APIServiceList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "v1.a.example.com");
+    assert_eq!(list["items"][0]["spec"]["service"]["port"], 443);
+    let rv: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    c.get(
+        gw.addr,
+        "/apis/apiregistration.k8s.io/v1/apiservices/v1.nope",
+    )
+    .await
+    .assert_status(404);
+    let post = Request::post("/apis/apiregistration.k8s.io/v1/apiservices")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    c.send(gw.addr, post).await.assert_status(405);
+
+    // A watch from the listed version sees a Local APIService added to the directory.
+    let local = serde_json::json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1.local.example.com"},
+        "spec": {"group": "local.example.com", "version": "v1", "groupPriorityMinimum": 10, "versionPriority": 1}});
+    let watch = tokio::spawn({
+        let c = c.clone();
+        let addr = gw.addr;
+        async move {
+            c.get(addr, &format!("/apis/apiregistration.k8s.io/v1/apiservices?watch=1&resourceVersion={rv}&timeoutSeconds=2")).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(w.pki.path("apiservices/local.json"), local.to_string()).unwrap();
+    let events = watch.await.unwrap();
+    let lines: Vec<serde_json::Value> = events
+        .body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    let added = lines.iter().find(|e| {
+        e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "v1.local.example.com"
+    });
+    assert!(added.is_some(), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|e| e["object"]["metadata"]["name"] != "v1.a.example.com"
+                || e["type"] == "MODIFIED"),
+        "replayed old events: {lines:?}"
+    );
+    let local = condition(&c, &gw, "v1.local.example.com").await;
+    assert!(
+        eventually(5, || async {
+            condition(&c, &gw, "v1.local.example.com").await.1 == "Local"
+        })
+        .await,
+        "{local:?}"
+    );
+    // a too old resourceVersion is a 410 Expired event
+    let old = c.get(gw.addr, "/apis/apiregistration.k8s.io/v1/apiservices?watch=1&resourceVersion=999999&timeoutSeconds=1").await;
+    let first: serde_json::Value =
+        serde_json::from_slice(old.body.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(
+        (first["type"].as_str(), first["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(410))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_verbose_and_metrics_count_requests() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let anon = w.client(None);
+    let ready = anon.get(gw.addr, "/readyz?verbose").await;
+    let text = String::from_utf8_lossy(&ready.body);
+    assert_eq!(ready.status, 200);
+    assert!(
+        text.contains("[+]ping ok")
+            && text.contains("[+]apiservice-status-available-controller ok")
+            && text.ends_with("readyz check passed\n"),
+        "{text}"
+    );
+    anon.get(gw.addr, "/metrics").await.assert_status(401);
+    let c = w.client(Some("alice"));
+    assert_eq!(
+        c.get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things")
+            .await
+            .status,
+        200
+    );
+    let metrics = String::from_utf8(c.get(gw.addr, "/metrics").await.body.to_vec()).unwrap();
+    assert!(metrics.contains("apigw_requests_total{code=\"200\",group=\"a.example.com\",resource=\"things\",verb=\"list\",version=\"v1\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("aggregator_unavailable_apiservice{name=\"v1.a.example.com\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("apigw_certificate_expiry_timestamp_seconds{cert=\"serving\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("apigw_certificate_expiry_timestamp_seconds{cert=\"proxy-client\"}"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serving_cert_rotates_under_load_without_failures() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let c = w.client(Some("alice"));
+    let addr = gw.addr;
+    let load = tokio::spawn(async move {
+        let mut codes = Vec::new();
+        for _ in 0..120 {
+            let r = c
+                .try_send(
+                    addr,
+                    Request::get("/apis/a.example.com/v1/x")
+                        .body(Bytes::new())
+                        .unwrap(),
+                )
+                .await;
+            codes.push(r.map(|a| a.status).unwrap_or(0));
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        codes
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = serving_serial(gw.addr).await;
+    // Rotate the way a Secret update lands: new files renamed over the old ones.
+    w.pki.leaf(
+        "serving-next",
+        &w.ca,
+        "apigw-rotated",
+        &[],
+        &["localhost", "127.0.0.1"],
+        true,
+    );
+    std::fs::rename(w.pki.path("serving-next.key"), w.pki.path("serving.key")).unwrap();
+    std::fs::rename(w.pki.path("serving-next.crt"), w.pki.path("serving.crt")).unwrap();
+    let rotated = eventually(10, || async { serving_serial(addr).await != before }).await;
+    assert!(rotated, "the gateway kept serving the old certificate");
+    let codes = load.await.unwrap();
+    assert!(
+        codes.iter().all(|c| *c == 200),
+        "requests failed during rotation: {codes:?}"
+    );
+}
+
+/// The subject CN of the certificate the gateway serves now.
+async fn serving_serial(addr: std::net::SocketAddr) -> String {
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &addr.to_string(),
+                "-servername",
+                "localhost",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl is required for this test")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let addr = gw.addr;
+    let mut slow = Vec::new();
+    for _ in 0..5 {
+        let c = w.client(Some("alice"));
+        slow.push(tokio::spawn(async move {
+            c.get(addr, "/apis/a.example.com/v1/namespaces/n/things/slow")
+                .await
+                .status
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let drained = gw.shutdown();
+    for s in slow {
+        assert_eq!(
+            s.await.unwrap(),
+            200,
+            "an in-flight request was dropped by shutdown"
+        );
+    }
+    drained.await.unwrap();
+    let after = w
+        .client(Some("alice"))
+        .try_send(addr, Request::get("/healthz").body(Bytes::new()).unwrap())
+        .await;
+    assert!(after.is_err(), "the gateway still accepts after shutdown");
+}
