@@ -5,6 +5,7 @@
 //! content negotiation on `Accept` as kube-apiserver does it.
 
 pub mod aggregated;
+pub mod openapi;
 pub mod order;
 
 use crate::availability::State;
@@ -32,7 +33,7 @@ const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscove
 const V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 impl Doc {
-    fn new(value: &Value, content_type: &'static str) -> Self {
+    pub fn new(value: &Value, content_type: &'static str) -> Self {
         let bytes = Bytes::from(value.to_string());
         Self {
             etag: etag(&bytes),

@@ -68,6 +68,37 @@ impl Gateway {
                 }
             }
             ["metrics"] => return self.metrics_response(),
+            ["openapi", "v2"] => return discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
+            ["openapi", "v3"] | ["openapi", "v3", ""] => {
+                return discovery::serve(&req, &[(*self.openapi.v3()).clone()]);
+            }
+            ["openapi", "v3", "apis", group, version] => {
+                if let Some(svc) = snapshot.lookup(group, version) {
+                    let immutable = req
+                        .uri()
+                        .query()
+                        .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("hash=")));
+                    let mut res = match self.proxy.backend_for(svc) {
+                        Ok(backend) => {
+                            self.proxy
+                                .forward(&backend, req, identity, remote, &svc.name)
+                                .await
+                        }
+                        Err(status) => status.into_response(),
+                    };
+                    // A hashed URL names one version of the document forever, as upstream serves it.
+                    if immutable
+                        && res.status().is_success()
+                        && !res.headers().contains_key(http::header::CACHE_CONTROL)
+                    {
+                        res.headers_mut().insert(
+                            http::header::CACHE_CONTROL,
+                            http::HeaderValue::from_static("public, immutable"),
+                        );
+                    }
+                    return res;
+                }
+            }
             _ => {}
         }
         match self.proxy.delegate() {

@@ -6,7 +6,7 @@
 use crate::body::Body;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::CertificateDer;
 use std::convert::Infallible;
@@ -60,12 +60,24 @@ pub async fn serve<M, H, Fut>(
     let make = Arc::new(make);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/2: room for client-go's many multiplexed watches; bounded headers; resets that
+    // arrive faster than streams are accepted (CVE-2023-44487 "rapid reset") close the
+    // connection; pings find dead peers of idle watch connections.
     builder
         .http2()
+        .timer(TokioTimer::new())
         .max_concurrent_streams(1000)
         .max_pending_accept_reset_streams(50)
-        .max_header_list_size(1 << 20);
-    builder.http1().max_buf_size(1 << 20);
+        .max_local_error_reset_streams(1024)
+        .max_header_list_size(1 << 20)
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    // HTTP/1.1: a client must send its whole head promptly (slowloris).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size(1 << 20);
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {

@@ -1,0 +1,264 @@
+//! OpenAPI served by the gateway: `/openapi/v2`, the merged Swagger 2.0 spec of every backend,
+//! and `/openapi/v3`, the index of per group-version documents (`apis/<group>/<version>`) whose
+//! documents are proxied from the APIService's backend. Specs are fetched as the gateway
+//! itself, once per distinct backend, on registry and availability changes and every minute;
+//! a backend that cannot answer keeps its last good spec.
+
+use super::Doc;
+use crate::availability::Availability;
+use crate::proxy::{Backend, Proxy};
+use crate::registry::{ApiService, Registry};
+use arc_swap::ArcSwap;
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const REFRESH: Duration = Duration::from_secs(60);
+const MAX_SPEC_BYTES: usize = 64 << 20;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One backend's specs as last fetched: (bytes, ETag) of `/openapi/v2` and `/openapi/v3`.
+#[derive(Debug, Default, Clone)]
+struct Fetched {
+    v2: Option<(Arc<Value>, Option<String>)>,
+    v3: Option<(Arc<Value>, Option<String>)>,
+}
+
+/// The merged documents.
+#[derive(Debug)]
+pub struct OpenApi {
+    v2: ArcSwap<Doc>,
+    v3: ArcSwap<Doc>,
+    fetched: Mutex<HashMap<String, Fetched>>,
+}
+
+impl Default for OpenApi {
+    /// Empty documents until the first merge.
+    fn default() -> Self {
+        Self {
+            v2: ArcSwap::from_pointee(Doc::new(&merge_v2(std::iter::empty()), JSON)),
+            v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty()), JSON)),
+            fetched: Mutex::default(),
+        }
+    }
+}
+
+const JSON: &str = "application/json";
+
+impl OpenApi {
+    /// `/openapi/v2`.
+    pub fn v2(&self) -> Arc<Doc> {
+        self.v2.load_full()
+    }
+
+    /// `/openapi/v3`.
+    pub fn v3(&self) -> Arc<Doc> {
+        self.v3.load_full()
+    }
+
+    /// Keeps the documents fresh until the registry is dropped.
+    pub fn spawn(
+        self: &Arc<Self>,
+        registry: Arc<Registry>,
+        proxy: Arc<Proxy>,
+        availability: Arc<Availability>,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let (mut reg, mut avail) = (registry.subscribe(), availability.subscribe());
+            loop {
+                this.refresh(
+                    &registry.snapshot().iter().cloned().collect::<Vec<_>>(),
+                    &proxy,
+                    &availability,
+                )
+                .await;
+                tokio::select! {
+                    r = reg.changed() => if r.is_err() { return },
+                    a = avail.changed() => if a.is_err() { return },
+                    () = tokio::time::sleep(REFRESH) => {}
+                }
+            }
+        });
+    }
+
+    async fn refresh(
+        &self,
+        services: &[Arc<ApiService>],
+        proxy: &Proxy,
+        availability: &Availability,
+    ) {
+        // One fetch per distinct backend of an available, non-local APIService.
+        let mut backends: BTreeMap<String, Arc<Backend>> = BTreeMap::new();
+        for svc in services.iter().filter(|s| s.service.is_some()) {
+            if availability
+                .get(&svc.name)
+                .is_some_and(|s| !s.condition.available)
+            {
+                continue;
+            }
+            if let Ok(b) = proxy.backend_for(svc) {
+                backends.entry(b.url("")).or_insert(b);
+            }
+        }
+        let previous = self
+            .fetched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let results: Vec<(String, Fetched)> = futures_util::stream::iter(backends)
+            .map(|(key, backend)| {
+                let old = previous.get(&key).cloned().unwrap_or_default();
+                async move {
+                    let v2 = fetch(&backend, "/openapi/v2", old.v2).await;
+                    let v3 = fetch(&backend, "/openapi/v3", old.v3).await;
+                    (key, Fetched { v2, v3 })
+                }
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, f) in results {
+            fetched.insert(key, f);
+        }
+        let by_backend: HashMap<String, &Fetched> =
+            fetched.iter().map(|(k, v)| (k.clone(), v)).collect();
+        let mut order: Vec<(&ApiService, &Fetched)> = Vec::new();
+        for svc in services {
+            if let Some(f) = proxy
+                .backend_for(svc)
+                .ok()
+                .and_then(|b| by_backend.get(&b.url("")).copied())
+            {
+                order.push((svc, f));
+            }
+        }
+        let v2 = merge_v2(
+            order
+                .iter()
+                .filter_map(|(_, f)| f.v2.as_ref().map(|(v, _)| v.as_ref())),
+        );
+        let v3 = merge_v3_index(
+            order
+                .iter()
+                .filter_map(|(s, f)| f.v3.as_ref().map(|(v, _)| (*s, v.as_ref()))),
+        );
+        store(&self.v2, &v2);
+        store(&self.v3, &v3);
+    }
+}
+
+fn store(slot: &ArcSwap<Doc>, value: &Value) {
+    let doc = Doc::new(value, JSON);
+    if slot.load().bytes != doc.bytes {
+        slot.store(Arc::new(doc));
+    }
+}
+
+/// Fetches one document, reusing `old` when the backend answers 304 or fails.
+async fn fetch(
+    backend: &Backend,
+    path: &str,
+    old: Option<(Arc<Value>, Option<String>)>,
+) -> Option<(Arc<Value>, Option<String>)> {
+    let tag = old.as_ref().and_then(|(_, t)| t.clone());
+    match backend
+        .fetch(
+            path,
+            "application/json",
+            tag.as_deref(),
+            MAX_SPEC_BYTES,
+            TIMEOUT,
+        )
+        .await
+    {
+        Ok(Some((bytes, etag))) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => Some((Arc::new(v), etag)),
+            Err(e) => {
+                tracing::warn!(url = %backend.url(path), error = %e, "backend OpenAPI is not JSON; keeping the last good one");
+                old
+            }
+        },
+        Ok(None) => old,
+        Err(e) => {
+            tracing::debug!(url = %backend.url(path), error = %e, "no OpenAPI from backend");
+            old
+        }
+    }
+}
+
+/// The union of Swagger 2.0 specs: paths, definitions and parameters; the first spec to
+/// define a name keeps it.
+pub fn merge_v2<'a>(specs: impl Iterator<Item = &'a Value>) -> Value {
+    let (mut paths, mut definitions, mut parameters) = (Map::new(), Map::new(), Map::new());
+    for spec in specs {
+        for (target, key) in [
+            (&mut paths, "paths"),
+            (&mut definitions, "definitions"),
+            (&mut parameters, "parameters"),
+        ] {
+            if let Some(entries) = spec[key].as_object() {
+                for (k, v) in entries {
+                    target.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": concat!("apigw-", env!("CARGO_PKG_VERSION"))},
+        "paths": paths,
+        "definitions": definitions,
+        "parameters": parameters,
+        "securityDefinitions": {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header",
+            "description": "Bearer Token authentication"}},
+        "security": [{"BearerToken": []}],
+    })
+}
+
+/// The v3 index: for each APIService, its own `apis/<group>/<version>` entry from its
+/// backend's index.
+pub fn merge_v3_index<'a>(indexes: impl Iterator<Item = (&'a ApiService, &'a Value)>) -> Value {
+    let mut paths = Map::new();
+    for (svc, index) in indexes {
+        let key = format!("apis/{}/{}", svc.group, svc.version);
+        if let Some(entry) = index["paths"].get(&key) {
+            paths.entry(key).or_insert_with(|| entry.clone());
+        }
+    }
+    json!({"paths": paths})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_merge_keeps_the_first_definition() {
+        let a = json!({"paths": {"/apis/a/v1/x": {"get": {}}}, "definitions": {"A": {"type": "object"}, "Shared": {"description": "from a"}}});
+        let b = json!({"paths": {"/apis/b/v1/y": {}}, "definitions": {"Shared": {"description": "from b"}}});
+        let m = merge_v2([&a, &b].into_iter());
+        assert_eq!(m["swagger"], "2.0");
+        assert_eq!(m["paths"].as_object().unwrap().len(), 2);
+        assert_eq!(m["definitions"]["Shared"]["description"], "from a");
+    }
+
+    #[test]
+    fn v3_index_takes_each_apiservice_entry() {
+        let svc = ApiService::from_value(json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.a.example.com"},
+            "spec": {"group": "a.example.com", "version": "v1", "groupPriorityMinimum": 1, "versionPriority": 1,
+                     "service": {"name": "s", "namespace": "n"}}})).unwrap();
+        let index = json!({"paths": {"apis/a.example.com/v1": {"serverRelativeURL": "/openapi/v3/apis/a.example.com/v1?hash=AB"},
+                                      "apis/other.example.com/v1": {"serverRelativeURL": "/x"}}});
+        let m = merge_v3_index([(&svc, &index)].into_iter());
+        assert_eq!(m["paths"].as_object().unwrap().len(), 1);
+        assert_eq!(
+            m["paths"]["apis/a.example.com/v1"]["serverRelativeURL"],
+            "/openapi/v3/apis/a.example.com/v1?hash=AB"
+        );
+    }
+}
