@@ -47,10 +47,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("sample server: listening on {sample_addr}"))?;
     let sample_cfg = SampleConfig {
-        cert: certs.join("wardle.crt"),
-        key: certs.join("wardle.key"),
-        front_proxy_ca: certs.join("front-proxy-ca.crt"),
         allowed_names: vec!["front-proxy-client".into()],
+        ..SampleConfig::new(
+            certs.join("wardle.crt"),
+            certs.join("wardle.key"),
+            certs.join("front-proxy-ca.crt"),
+        )
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut sample_stop = stop_rx.clone();

@@ -130,10 +130,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::SampleApiserver(args) => {
             let addr = SocketAddr::new(args.bind_address, args.secure_port);
             let cfg = apigw::sample::SampleConfig {
-                cert: args.tls_cert_file,
-                key: args.tls_private_key_file,
-                front_proxy_ca: args.requestheader_client_ca_file,
                 allowed_names: args.requestheader_allowed_names,
+                ..apigw::sample::SampleConfig::new(
+                    args.tls_cert_file,
+                    args.tls_private_key_file,
+                    args.requestheader_client_ca_file,
+                )
             };
             runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(addr)

@@ -22,10 +22,12 @@ async fn dev() -> Dev {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sample_addr = listener.local_addr().unwrap();
     let cfg = apigw::sample::SampleConfig {
-        cert: world.pki.path("wardle.crt"),
-        key: world.pki.path("wardle.key"),
-        front_proxy_ca: world.pki.path("front-proxy-ca.crt"),
         allowed_names: vec!["front-proxy-client".into()],
+        ..apigw::sample::SampleConfig::new(
+            world.pki.path("wardle.crt"),
+            world.pki.path("wardle.key"),
+            world.pki.path("front-proxy-ca.crt"),
+        )
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(apigw::sample::run(listener, cfg, async {

@@ -327,6 +327,11 @@ pub async fn run(
     gateway
         .apiservices
         .spawn(registry.clone(), gateway.availability.clone());
+    gateway.openapi.spawn(
+        registry.clone(),
+        gateway.proxy.clone(),
+        gateway.availability.clone(),
+    );
     spawn_latches(&gateway);
     if let Some(addr) = cfg.metrics_listen {
         routes::serve_metrics(gateway.clone(), addr).await?;

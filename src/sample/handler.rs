@@ -1,19 +1,20 @@
 //! The sample server's REST surface: discovery (`/apis`, `/apis/wardle.example.com`,
-//! `/apis/wardle.example.com/v1alpha1`, aggregated discovery v2), and the flunder verbs mapped
-//! onto the [`Store`](super::store::Store), with JSON or Table responses and streaming watches.
+//! `/apis/wardle.example.com/v1alpha1`, aggregated discovery v2), OpenAPI (`/openapi/*`), and
+//! the flunder verbs mapped onto the [`Store`](super::store::Store), with JSON or Table
+//! responses, field validation, streaming watches and the `exec` subresource.
 
-use super::store::{Event, API_VERSION, GROUP, KIND, RESOURCE, VERSION};
+use super::fields::{add_warnings, FieldValidation};
+use super::openapi::{self, Which};
+use super::store::{API_VERSION, GROUP, KIND, RESOURCE, VERSION};
 use super::table::{accepts, table, wants_table};
-use super::{merge_patch, App, User};
-use crate::body::{self, Body};
+use super::{exec, merge_patch, watch, App, User};
+use crate::body::Body;
 use crate::errors::{json_response, Status};
-use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::Duration;
 
 const VERBS: [&str; 7] = [
     "create", "delete", "get", "list", "patch", "update", "watch",
@@ -25,11 +26,13 @@ type Result<T> = std::result::Result<T, Status>;
 
 /// What a path names.
 enum Route {
+    OpenApi(Which),
     Apis,
     Group,
     Version,
     Collection { ns: Option<String> },
     Item { ns: String, name: String },
+    Exec { ns: String, name: String },
 }
 
 fn parse_route(path: &str) -> Option<Route> {
@@ -47,6 +50,15 @@ fn parse_route(path: &str) -> Option<Route> {
             ns: owned(ns),
             name: owned(name),
         }),
+        ["apis", GROUP, VERSION, "namespaces", ns, RESOURCE, name, "exec"] => Some(Route::Exec {
+            ns: owned(ns),
+            name: owned(name),
+        }),
+        ["openapi", "v2"] => Some(Route::OpenApi(Which::V2)),
+        ["openapi", "v3"] => Some(Route::OpenApi(Which::V3Index)),
+        ["openapi", "v3", rest @ ..] if rest.join("/") == openapi::V3_GROUP_PATH => {
+            Some(Route::OpenApi(Which::V3Group))
+        }
         _ => None,
     }
 }
@@ -54,7 +66,7 @@ fn parse_route(path: &str) -> Option<Route> {
 /// Answers one authenticated request.
 pub(super) async fn route(
     app: &App,
-    _user: &User,
+    user: &User,
     req: Request<Incoming>,
 ) -> Result<Response<Body>> {
     let path = req.uri().path().to_string();
@@ -64,14 +76,19 @@ pub(super) async fn route(
         ))
     })?;
     let method = req.method().clone();
-    let query = parse_query(req.uri().query());
-    let read_only = method == Method::GET;
+    let pairs = query_pairs(req.uri().query());
+    let query: HashMap<String, String> = pairs.iter().cloned().collect();
+    let read_only = method == Method::GET || method == Method::HEAD;
     match route {
+        Route::OpenApi(which) if read_only => Ok(openapi::serve(which, req.headers())),
         Route::Apis if read_only => Ok(apis(req.headers())),
         Route::Group if read_only => Ok(json_response(&api_group())),
         Route::Version if read_only => Ok(json_response(&resource_list())),
         Route::Collection { ns } => collection(app, ns, &query, req).await,
-        Route::Item { ns, name } => item(app, &ns, &name, req).await,
+        Route::Item { ns, name } => item(app, &ns, &name, &query, req).await,
+        Route::Exec { ns, name } if method == Method::GET || method == Method::POST => {
+            exec::exec(app, user, &ns, &name, &pairs, req)
+        }
         _ => Err(not_allowed(&method)),
     }
 }
@@ -84,7 +101,7 @@ async fn collection(
 ) -> Result<Response<Body>> {
     let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     match (req.method().clone(), ns) {
-        (Method::GET, ns) if is_watch => watch(app, ns, query, req.headers()),
+        (Method::GET, ns) if is_watch => watch::watch(app, ns, query, req.headers()),
         (Method::GET, ns) => {
             let (items, rv) = app.store.list(ns.as_deref());
             if wants_table(req.headers()) {
@@ -98,25 +115,40 @@ async fn collection(
             })))
         }
         (Method::POST, Some(ns)) => {
-            let obj = read_object(req).await?;
+            let validation = FieldValidation::from_query(query)?;
+            let mut obj = read_object(req).await?;
+            let warnings = validation.check(&mut obj)?;
             let made = app.store.create(&ns, obj)?;
-            Ok(with_status(json_response(&made), StatusCode::CREATED))
+            let mut res = with_status(json_response(&made), StatusCode::CREATED);
+            add_warnings(res.headers_mut(), warnings);
+            Ok(res)
         }
         (method, _) => Err(not_allowed(&method)),
     }
 }
 
-async fn item(app: &App, ns: &str, name: &str, req: Request<Incoming>) -> Result<Response<Body>> {
+async fn item(
+    app: &App,
+    ns: &str,
+    name: &str,
+    query: &HashMap<String, String>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>> {
     let method = req.method().clone();
     let as_table = method == Method::GET && wants_table(req.headers());
+    let mut warnings = Vec::new();
     let obj = match method {
         Method::GET => app.store.get(ns, name)?,
         Method::PUT => {
-            let body = read_object(req).await?;
+            let validation = FieldValidation::from_query(query)?;
+            let mut body = read_object(req).await?;
+            warnings = validation.check(&mut body)?;
             app.store.update(ns, name, |_| Ok(body))?
         }
         Method::PATCH => {
-            let patch = read_patch(req).await?;
+            let validation = FieldValidation::from_query(query)?;
+            let mut patch = read_patch(req).await?;
+            warnings = validation.check(&mut patch)?;
             app.store.update(ns, name, |current| {
                 let mut next = current.clone();
                 merge_patch(&mut next, &patch);
@@ -132,7 +164,9 @@ async fn item(app: &App, ns: &str, name: &str, req: Request<Incoming>) -> Result
     if as_table {
         return Ok(json_response(&table(std::slice::from_ref(&obj), None)));
     }
-    Ok(json_response(&obj))
+    let mut res = json_response(&obj);
+    add_warnings(res.headers_mut(), warnings);
+    Ok(res)
 }
 
 /// The request body as a JSON (or YAML) value.
@@ -194,78 +228,6 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or("application/json")
         .trim()
         .to_ascii_lowercase()
-}
-
-/// Streams events as newline-separated JSON, until the client leaves or `timeoutSeconds`.
-fn watch(
-    app: &App,
-    ns: Option<String>,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-) -> Result<Response<Body>> {
-    let since = match query.get("resourceVersion").filter(|v| !v.is_empty()) {
-        Some(rv) => Some(
-            rv.parse::<u64>()
-                .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}")))?,
-        ),
-        None => None,
-    };
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(1800);
-    let (initial, mut rx) = app.store.watch(ns.as_deref(), since)?;
-    let as_table = wants_table(headers);
-    let (tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
-        let forward = async {
-            for event in initial {
-                tx.send(encode_event(&event, as_table)).await.ok()?;
-            }
-            loop {
-                let event = rx.recv().await.ok()?;
-                if ns.as_ref().is_none_or(|ns| *ns == event.namespace) {
-                    tx.send(encode_event(&event, as_table)).await.ok()?;
-                }
-            }
-        };
-        let _: std::result::Result<Option<()>, _> =
-            tokio::time::timeout(Duration::from_secs(timeout), forward).await;
-    });
-    let mut res = Response::new(body::stream(ChannelBody(body_rx)));
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    Ok(res)
-}
-
-fn encode_event(event: &Event, as_table: bool) -> Bytes {
-    let object = if as_table {
-        table(std::slice::from_ref(&event.object), Some(event.rv))
-    } else {
-        event.object.clone()
-    };
-    let mut line = json!({"type": event.kind, "object": object}).to_string();
-    line.push('\n');
-    Bytes::from(line)
-}
-
-/// A response body fed by a channel; ends when the sender is dropped.
-struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl http_body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<std::result::Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
-    }
 }
 
 /// `/apis`: the legacy APIGroupList, or aggregated discovery v2 when asked for.
@@ -360,8 +322,9 @@ fn with_status(mut res: Response<Body>, status: StatusCode) -> Response<Body> {
     res
 }
 
-/// Query parameters, percent-decoded; the last of repeated keys wins.
-fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+/// Query parameters, percent-decoded, in order (collected into a map, the last of repeated
+/// keys wins).
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     let decode = |s: &str| {
         percent_encoding::percent_decode_str(&s.replace('+', " "))
             .decode_utf8_lossy()

@@ -28,6 +28,16 @@ pub struct Event {
     pub object: Value,
 }
 
+/// Where a new watch starts.
+pub struct WatchStart {
+    /// The events to send before any live one.
+    pub initial: Vec<Event>,
+    /// Every later event, of every namespace.
+    pub rx: broadcast::Receiver<Event>,
+    /// The resourceVersion the watch is in sync with once `initial` is sent.
+    pub rv: u64,
+}
+
 /// The flunders of one sample server.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -164,13 +174,10 @@ impl Store {
     }
 
     /// Starts a watch of `ns` (every namespace when `None`). Without `since` (or with 0) the
-    /// current objects come first as `ADDED`; otherwise the events after `since`. The receiver
-    /// carries every later event, of every namespace.
-    pub fn watch(
-        &self,
-        ns: Option<&str>,
-        since: Option<u64>,
-    ) -> Result<(Vec<Event>, broadcast::Receiver<Event>), Status> {
+    /// current objects come first as `ADDED`; otherwise the events after `since`, or a `410
+    /// Expired` when those are no longer all kept. The receiver carries every later event, of
+    /// every namespace.
+    pub fn watch(&self, ns: Option<&str>, since: Option<u64>) -> Result<WatchStart, Status> {
         let inner = self.lock();
         let rx = self.events.subscribe();
         let wanted = |event_ns: &str| ns.is_none_or(|ns| ns == event_ns);
@@ -186,13 +193,7 @@ impl Store {
                     object: obj.clone(),
                 })
                 .collect(),
-            Some(rv) if rv < inner.history_floor => {
-                return Err(Status::new(
-                    StatusCode::GONE,
-                    "Expired",
-                    format!("too old resource version: {rv} ({})", inner.history_floor),
-                ))
-            }
+            Some(rv) if rv < inner.history_floor => return Err(expired(rv, inner.history_floor)),
             Some(rv) => inner
                 .history
                 .iter()
@@ -200,7 +201,11 @@ impl Store {
                 .cloned()
                 .collect(),
         };
-        Ok((initial, rx))
+        Ok(WatchStart {
+            initial,
+            rx,
+            rv: inner.rv,
+        })
     }
 
     fn record(&self, inner: &mut Inner, kind: &'static str, ns: &str, obj: &Value) {
@@ -219,6 +224,15 @@ impl Store {
         // No receivers is fine: nobody is watching.
         let _ = self.events.send(event);
     }
+}
+
+/// What kube-apiserver answers a watch from a resourceVersion it no longer keeps.
+pub fn expired(rv: u64, floor: u64) -> Status {
+    Status::new(
+        StatusCode::GONE,
+        "Expired",
+        format!("too old resource version: {rv} ({floor})"),
+    )
 }
 
 /// The body must be a Flunder object of this namespace.
@@ -510,15 +524,31 @@ mod tests {
         let store = Store::new();
         store.create("ns", flunder("a")).expect("create");
         store.create("other", flunder("b")).expect("create");
-        let (initial, _rx) = store.watch(Some("ns"), None).expect("watch");
-        assert_eq!(initial.len(), 1);
+        let start = store.watch(Some("ns"), None).expect("watch");
+        assert_eq!((start.initial.len(), start.rv), (1, 2));
         store.delete("ns", "a").expect("delete");
-        let (since, mut rx) = store.watch(Some("ns"), Some(2)).expect("watch");
+        let mut since = store.watch(Some("ns"), Some(2)).expect("watch");
         assert_eq!(
-            since.iter().map(|e| e.kind).collect::<Vec<_>>(),
+            since.initial.iter().map(|e| e.kind).collect::<Vec<_>>(),
             ["DELETED"]
         );
+        assert_eq!(since.rv, 3);
         store.create("ns", flunder("c")).expect("create");
-        assert_eq!(rx.try_recv().expect("event").kind, "ADDED");
+        assert_eq!(since.rx.try_recv().expect("event").kind, "ADDED");
+    }
+
+    #[test]
+    fn watch_from_a_forgotten_version_is_expired() {
+        let store = Store::new();
+        for i in 0..HISTORY + 2 {
+            store
+                .create("ns", flunder(&format!("f{i}")))
+                .expect("create");
+        }
+        let gone = store.watch(None, Some(1)).err().expect("expired");
+        assert_eq!(gone.code(), StatusCode::GONE);
+        assert_eq!(gone.to_json()["reason"], "Expired");
+        let kept = store.watch(None, Some(2)).expect("still kept");
+        assert_eq!(kept.initial.len(), HISTORY);
     }
 }

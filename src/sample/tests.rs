@@ -34,10 +34,13 @@ impl Harness {
         };
         write_dev_pki(&opts).expect("dev PKI");
         let cfg = SampleConfig {
-            cert: pki.join("wardle.crt"),
-            key: pki.join("wardle.key"),
-            front_proxy_ca: pki.join("front-proxy-ca.crt"),
             allowed_names,
+            bookmark_interval: std::time::Duration::from_millis(200),
+            ..SampleConfig::new(
+                pki.join("wardle.crt"),
+                pki.join("wardle.key"),
+                pki.join("front-proxy-ca.crt"),
+            )
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -108,6 +111,18 @@ impl Client {
         headers: &[(&str, &str)],
         body: Option<Value>,
     ) -> anyhow::Result<(StatusCode, Value)> {
+        let (status, _, value) = self.exchange(method, path, headers, body).await?;
+        Ok((status, value))
+    }
+
+    /// One request; the status, headers and body (JSON, else a string) of the answer.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> anyhow::Result<(StatusCode, http::HeaderMap, Value)> {
         let tcp = tokio::net::TcpStream::connect(self.addr).await?;
         let name = ServerName::try_from("wardle-server.wardle-namespace.svc")?;
         let tls = tokio_rustls::TlsConnector::from(self.config.clone())
@@ -127,10 +142,11 @@ impl Client {
             .send_request(req.body(Full::new(Bytes::from(bytes)))?)
             .await?;
         let status = res.status();
+        let headers = res.headers().clone();
         let body = res.into_body().collect().await?.to_bytes();
         let value = serde_json::from_slice(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-        Ok((status, value))
+        Ok((status, headers, value))
     }
 
     /// As the gateway would: identity headers on a front-proxy connection.
@@ -335,5 +351,235 @@ async fn watch_streams_events() {
         .filter_map(|e| e["type"].as_str().map(str::to_string))
         .collect();
     assert_eq!(kinds, ["ADDED", "DELETED"]);
+    h.stop().await;
+}
+
+/// The `type` and `object.metadata.resourceVersion` of each event of a finished watch body.
+fn watch_events(body: &Value) -> Vec<(String, String)> {
+    let text = body
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| body.to_string());
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|e| {
+            let rv = e["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (e["type"].as_str().unwrap_or_default().to_string(), rv)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn watch_bookmarks_follow_the_resource_version() {
+    // The harness sends bookmarks every 200 ms.
+    let h = Harness::start(vec![]).await;
+    let c = h.client(Some("proxy-client"));
+    c.as_user(Method::POST, NS_PATH, &[], Some(flunder("b1")))
+        .await;
+    let path =
+        format!("{NS_PATH}?watch=1&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1");
+    let watcher = tokio::spawn(async move { c.as_user(Method::GET, &path, &[], None).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let c = h.client(Some("proxy-client"));
+    c.as_user(Method::POST, NS_PATH, &[], Some(flunder("b2")))
+        .await;
+    let (status, body) = watcher.await.expect("watch");
+    assert_eq!(status, StatusCode::OK);
+    let events = watch_events(&body);
+    let added: Vec<&(String, String)> = events.iter().filter(|e| e.0 == "ADDED").collect();
+    assert_eq!(
+        added,
+        [&("ADDED".to_string(), "2".to_string())],
+        "{events:?}"
+    );
+    let bookmarks: Vec<&str> = events
+        .iter()
+        .filter(|e| e.0 == "BOOKMARK")
+        .map(|e| e.1.as_str())
+        .collect();
+    assert!(bookmarks.len() >= 3, "{events:?}");
+    assert_eq!(bookmarks.first(), Some(&"1"), "{events:?}");
+    assert_eq!(bookmarks.last(), Some(&"2"), "{events:?}");
+    // Without allowWatchBookmarks there are none.
+    let c = h.client(Some("proxy-client"));
+    let path = format!("{NS_PATH}?watch=true&resourceVersion=2&timeoutSeconds=1");
+    let (_, quiet) = c.as_user(Method::GET, &path, &[], None).await;
+    assert!(watch_events(&quiet).is_empty(), "{quiet}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_v2_needs_the_front_proxy_and_carries_an_etag() {
+    let h = Harness::start(vec![]).await;
+    let (status, _) = h
+        .client(None)
+        .as_user(Method::GET, "/openapi/v2", &[], None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let c = h.client(Some("proxy-client"));
+    let who = [("x-remote-user", "alice")];
+    let (status, headers, v2) = c
+        .exchange(Method::GET, "/openapi/v2", &who, None)
+        .await
+        .expect("v2");
+    assert_eq!(
+        (status, v2["swagger"].as_str()),
+        (StatusCode::OK, Some("2.0"))
+    );
+    let flunder = &v2["definitions"]["com.example.wardle.v1alpha1.Flunder"];
+    assert_eq!(
+        flunder["x-kubernetes-group-version-kind"],
+        json!([{"group": "wardle.example.com", "kind": "Flunder", "version": "v1alpha1"}])
+    );
+    let etag = headers
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(etag.len() == 130 && etag.starts_with('"'), "{etag}");
+    let cached = [("x-remote-user", "alice"), ("if-none-match", etag.as_str())];
+    let (status, _, _) = c
+        .exchange(Method::GET, "/openapi/v2", &cached, None)
+        .await
+        .expect("v2 again");
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_v3_index_points_at_the_group_document() {
+    let h = Harness::start(vec![]).await;
+    let c = h.client(Some("proxy-client"));
+    let who = [("x-remote-user", "alice")];
+    let (_, _, index) = c
+        .exchange(Method::GET, "/openapi/v3", &who, None)
+        .await
+        .expect("v3 index");
+    let url = index["paths"]["apis/wardle.example.com/v1alpha1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let prefix = "/openapi/v3/apis/wardle.example.com/v1alpha1?hash=";
+    assert!(url.starts_with(prefix), "{index}");
+    let (status, headers, v3) = c
+        .exchange(Method::GET, &url, &who, None)
+        .await
+        .expect("v3 group");
+    assert_eq!(status, StatusCode::OK);
+    let hash = &url[prefix.len()..];
+    let etag = headers.get("etag").and_then(|v| v.to_str().ok());
+    assert_eq!(etag, Some(format!("\"{hash}\"").as_str()));
+    assert_eq!(v3["openapi"], "3.0.0");
+    let meta = &v3["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"];
+    assert!(meta["properties"]["resourceVersion"].is_object(), "{meta}");
+    h.stop().await;
+}
+
+/// The `Warning` header values of an answer.
+fn warnings(headers: &http::HeaderMap) -> Vec<&str> {
+    headers
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn field_validation_on_create() {
+    let h = Harness::start(vec![]).await;
+    let c = h.client(Some("proxy-client"));
+    let who = [("x-remote-user", "alice")];
+    let mut obj = flunder("fv");
+    obj["spec"]["foo"] = json!(1);
+    let strict = format!("{NS_PATH}?fieldValidation=Strict");
+    let (status, _, body) = c
+        .exchange(Method::POST, &strict, &who, Some(obj.clone()))
+        .await
+        .expect("strict");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let want = "strict decoding error: unknown field \"spec.foo\"";
+    assert_eq!(body["message"], want);
+    let item = format!("{NS_PATH}/fv");
+    let (status, _) = c.as_user(Method::GET, &item, &[], None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "Strict stored the object");
+
+    let warn = format!("{NS_PATH}?fieldValidation=Warn");
+    let (status, headers, made) = c
+        .exchange(Method::POST, &warn, &who, Some(obj))
+        .await
+        .expect("warn");
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!(
+        warnings(&headers),
+        [r#"299 - "unknown field \"spec.foo\"""#]
+    );
+    assert_eq!(made["spec"], json!({"reference": "r1"}), "not dropped");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn field_validation_on_patch_and_update() {
+    let h = Harness::start(vec![]).await;
+    let c = h.client(Some("proxy-client"));
+    c.as_user(Method::POST, NS_PATH, &[], Some(flunder("fv")))
+        .await;
+    let who = [("x-remote-user", "alice")];
+    let item = format!("{NS_PATH}/fv?fieldValidation=Strict");
+    let merge = [
+        ("x-remote-user", "alice"),
+        ("content-type", "application/merge-patch+json"),
+    ];
+    let patch = Some(json!({"spec": {"bar": 2}}));
+    let (status, _, body) = c
+        .exchange(Method::PATCH, &item, &merge, patch)
+        .await
+        .expect("strict patch");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let extra = Some(json!({"metadata": {"name": "fv"}, "extra": 1}));
+    let (status, _, body) = c
+        .exchange(Method::PUT, &item, &who, extra.clone())
+        .await
+        .expect("strict put");
+    let want = "strict decoding error: unknown field \"extra\"";
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (StatusCode::BAD_REQUEST, Some(want))
+    );
+    let ignore = format!("{NS_PATH}/fv?fieldValidation=Ignore");
+    let (status, headers, updated) = c
+        .exchange(Method::PUT, &ignore, &who, extra)
+        .await
+        .expect("ignore put");
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert!(warnings(&headers).is_empty());
+    assert!(updated.get("extra").is_none(), "{updated}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn exec_needs_a_flunder_and_a_websocket() {
+    let h = Harness::start(vec![]).await;
+    let c = h.client(Some("proxy-client"));
+    let exec = |name: &str| format!("{NS_PATH}/{name}/exec?command=echo&command=hi&stdout=true");
+    let (status, body) = c.as_user(Method::POST, &exec("nope"), &[], None).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (StatusCode::NOT_FOUND, Some("NotFound"))
+    );
+    c.as_user(Method::POST, NS_PATH, &[], Some(flunder("ex")))
+        .await;
+    let (status, body) = c.as_user(Method::POST, &exec("ex"), &[], None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("WebSocket")),
+        "{body}"
+    );
+    let (status, _) = c.as_user(Method::PUT, &exec("ex"), &[], None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     h.stop().await;
 }
