@@ -398,3 +398,36 @@ async fn shutdown_lets_in_flight_requests_finish() {
         .await;
     assert!(after.is_err(), "the gateway still accepts after shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[(&echo, echo.addr)]);
+    cfg.request_timeout = Duration::from_millis(300);
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+    let st = c
+        .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things/slow")
+        .await
+        .assert_status(504);
+    assert_eq!(st["reason"], "Timeout");
+    // exec-like long-running requests are exempt
+    let exempt = c
+        .get(
+            gw.addr,
+            "/apis/a.example.com/v1/namespaces/n/things/x/proxy/slow",
+        )
+        .await;
+    assert_eq!(exempt.status, 200);
+}

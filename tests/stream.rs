@@ -84,6 +84,10 @@ async fn start_sample(world: &World) -> Sample {
 /// With `delegate`, the gateway also sends everything it does not route itself (`/openapi/*`
 /// among them) to the sample server.
 async fn stack_with(delegate: bool) -> Stack {
+    stack_configured(delegate, |_| {}).await
+}
+
+async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config::Config)) -> Stack {
     let world = World::new();
     let sample = start_sample(&world).await;
     world.register(
@@ -105,6 +109,7 @@ async fn stack_with(delegate: bool) -> Stack {
             ca_file: Some(world.pki.path("addon-ca.crt")),
         });
     }
+    tweak(&mut cfg);
     let gw = world.gateway(cfg).await;
     Stack {
         world,
@@ -904,4 +909,40 @@ async fn backend_shutdown_ends_exec_sessions() {
         other => panic!("expected a Going Away close, got {other:?}"),
     }
     s.execs_end().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_ends_open_watches_cleanly_after_the_grace_period() {
+    let s = stack_configured(false, |cfg| cfg.shutdown_grace = Duration::from_millis(500)).await;
+    let (_conn, mut watch) = s.watch(false, "watch=1").await;
+    s.create("before").await;
+    watch.expect("ADDED", "before").await;
+    let Stack {
+        gw, world: _world, ..
+    } = s;
+    let drained = gw.shutdown();
+    // The chunked body ends with its terminating chunk: a clean end, not a reset.
+    let end = tokio::time::timeout(PATIENCE, watch.body.frame())
+        .await
+        .expect("the watch outlived the grace period");
+    assert!(
+        end.is_none(),
+        "the watch ended with {end:?}, not a clean end of stream"
+    );
+    tokio::time::timeout(PATIENCE, drained)
+        .await
+        .expect("the gateway did not finish draining")
+        .expect("gateway task");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn short_requests_time_out_with_504_but_watches_do_not() {
+    let s = stack_configured(false, |cfg| {
+        cfg.request_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let (_conn, mut watch) = s.watch(false, "watch=1").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    s.create("late").await;
+    watch.expect("ADDED", "late").await;
 }

@@ -6,10 +6,12 @@ use crate::body::{Body, BoxError};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// What is known of a request when its response head is ready.
 pub struct Record {
@@ -25,6 +27,7 @@ pub struct Record {
     pub code: u16,
     pub long_running: bool,
     pub start: Instant,
+    pub closing: CancellationToken,
 }
 
 impl Record {
@@ -52,9 +55,13 @@ impl Record {
         m.in_flight
             .with_label_values(&[kind(self.long_running)])
             .inc();
+        let closing = self
+            .long_running
+            .then(|| Box::pin(self.closing.clone().cancelled_owned()));
         http_body_util::BodyExt::boxed(Logged {
             inner: body,
             bytes: 0,
+            closing,
             record: self,
         })
     }
@@ -71,6 +78,8 @@ fn kind(long_running: bool) -> &'static str {
 struct Logged {
     inner: Body,
     bytes: u64,
+    /// For long-running responses: resolves when the shutdown grace period is over.
+    closing: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     record: Record,
 }
 
@@ -82,6 +91,12 @@ impl http_body::Body for Logged {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(closing) = self.closing.as_mut() {
+            if closing.as_mut().poll(cx).is_ready() {
+                // The end of a chunked body: the client sees a clean end of the watch.
+                return Poll::Ready(None);
+            }
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {

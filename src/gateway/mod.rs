@@ -49,6 +49,8 @@ pub struct Gateway {
     certs: CertAuthenticator,
     authz: Authorizer,
     request_timeout: Duration,
+    /// Cancelled at the end of the shutdown grace period.
+    closing: tokio_util::sync::CancellationToken,
     /// Certificates whose expiry `/metrics` reports.
     expiring: Vec<(&'static str, Arc<ReloadingCert>)>,
 }
@@ -123,6 +125,7 @@ impl Gateway {
             None => None,
         };
         let metrics = Arc::new(Metrics::default());
+        let closing = tokio_util::sync::CancellationToken::new();
         let proxy = Proxy::new(ProxySettings {
             resolver: Resolver {
                 fixed: cfg.resolve.clone(),
@@ -132,6 +135,7 @@ impl Gateway {
             delegate,
             extra_identity_headers,
             metrics: metrics.clone(),
+            closing: closing.clone(),
         })
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
         let tls = tls::server_config(serving, &client_cas).context("serving TLS")?;
@@ -148,6 +152,7 @@ impl Gateway {
             certs,
             authz: Authorizer::new(cfg.authorization.clone()),
             request_timeout: cfg.request_timeout,
+            closing,
             expiring,
         });
         Ok(Built {
@@ -218,6 +223,7 @@ impl Gateway {
             code: res.status().as_u16(),
             long_running,
             start,
+            closing: self.closing.clone(),
             apiservice,
             verb: attrs.verb,
             path: attrs.path,
@@ -352,6 +358,7 @@ pub async fn run(
     };
     let limits = crate::server::Limits {
         grace: cfg.shutdown_grace,
+        closing: gateway.closing.clone(),
         ..Default::default()
     };
     let g = gateway.clone();

@@ -72,6 +72,7 @@ pub struct Proxy {
     /// Front-proxy header names (lowercase) to strip besides the standard ones.
     extra_identity_headers: Vec<String>,
     metrics: Arc<crate::metrics::Metrics>,
+    closing: tokio_util::sync::CancellationToken,
 }
 
 /// How the proxy is set up.
@@ -83,6 +84,8 @@ pub struct ProxySettings {
     pub delegate: Option<(String, u16, Vec<CertificateDer<'static>>)>,
     pub extra_identity_headers: Vec<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Cancelled when upgraded streams must end (the shutdown grace period is over).
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,6 +115,7 @@ impl Proxy {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             metrics: settings.metrics,
+            closing: settings.closing,
         })
     }
 
@@ -193,7 +197,9 @@ impl Proxy {
         name: &str,
     ) -> Response<Body> {
         let is_extra = |name: &str| self.extra_identity_headers.iter().any(|h| h == name);
-        let res = backend.forward(req, identity, client, &is_extra).await;
+        let res = backend
+            .forward(req, identity, client, &is_extra, &self.closing)
+            .await;
         if res.extensions().get::<Unreachable>().is_some() {
             self.metrics
                 .backend_errors
@@ -258,6 +264,7 @@ impl Backend {
         identity: &Identity,
         client: SocketAddr,
         is_extra: &(dyn Fn(&str) -> bool + Sync),
+        closing: &tokio_util::sync::CancellationToken,
     ) -> Response<Body> {
         let upgrade = is_upgrade(&req);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -312,7 +319,7 @@ impl Backend {
                 .into_response();
             };
             let backend_upgrade = hyper::upgrade::on(&mut res);
-            tokio::spawn(splice(client_upgrade, backend_upgrade));
+            tokio::spawn(splice(client_upgrade, backend_upgrade, closing.clone()));
             let (parts, _) = res.into_parts();
             return Response::from_parts(parts, body::empty());
         }
@@ -439,8 +446,13 @@ fn is_upgrade<B>(req: &Request<B>) -> bool {
             .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Copies bytes both ways between an upgraded client and backend until either side closes.
-async fn splice(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+/// Copies bytes both ways between an upgraded client and backend until either side closes,
+/// or the gateway's shutdown grace period ends.
+async fn splice(
+    client: hyper::upgrade::OnUpgrade,
+    backend: hyper::upgrade::OnUpgrade,
+    closing: tokio_util::sync::CancellationToken,
+) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
         Err(e) => {
@@ -449,7 +461,15 @@ async fn splice(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUp
         }
     };
     let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
-    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
-        tracing::debug!(error = %e, "upgraded stream ended with an error");
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut backend) => {
+            if let Err(e) = copied {
+                tracing::debug!(error = %e, "upgraded stream ended with an error");
+            }
+        }
+        () = closing.cancelled() => {
+            use tokio::io::AsyncWriteExt;
+            let _ = tokio::join!(client.shutdown(), backend.shutdown());
+        }
     }
 }

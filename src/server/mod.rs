@@ -30,6 +30,9 @@ pub struct ConnInfo {
 pub struct Limits {
     pub handshake_timeout: Duration,
     pub grace: Duration,
+    /// Cancelled when the grace period ends, so long-running responses (watches, upgraded
+    /// streams) can end cleanly instead of being cut.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 impl Default for Limits {
@@ -37,6 +40,7 @@ impl Default for Limits {
         Self {
             handshake_timeout: Duration::from_secs(10),
             grace: Duration::from_secs(30),
+            closing: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -127,8 +131,16 @@ pub async fn serve<M, H, Fut>(
         });
     }
     drop(listener);
+    let drained = graceful.shutdown();
+    tokio::pin!(drained);
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
-        () = tokio::time::sleep(limits.grace) => tracing::warn!("grace period over; closing open connections"),
+        () = &mut drained => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(limits.grace) => {
+            tracing::warn!("grace period over; ending watches and upgraded streams");
+            limits.closing.cancel();
+            if tokio::time::timeout(Duration::from_secs(5), drained).await.is_err() {
+                tracing::warn!("closing connections that did not finish");
+            }
+        }
     }
 }
