@@ -9,6 +9,7 @@
 //! - [`tls`]: serving and backend TLS configs, client-certificate verification, reloading certs.
 //! - [`authn`]: [`authn::Identity`] and the authenticators (request header, x509, token, anonymous).
 //! - [`authz`]: the authorization decision for an authenticated request.
+//! - [`reload`]: files (certs, CAs, tokens) that apply when they change.
 //! - [`registry`]: the APIService model, validation, manifest directory source, snapshots.
 //! - [`apiservices`]: the read-only `apiregistration.k8s.io/v1` API over the registry.
 //! - [`availability`]: the controller checking each APIService's backend.
@@ -40,6 +41,7 @@ pub mod meta;
 pub mod metrics;
 pub mod proxy;
 pub mod registry;
+pub mod reload;
 pub mod sample;
 pub mod server;
 pub mod tls;

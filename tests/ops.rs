@@ -431,3 +431,92 @@ async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
         .await;
     assert_eq!(exempt.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn token_file_and_client_ca_reload_and_a_broken_file_keeps_the_old_one() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let path = "/apis/a.example.com/v1/x";
+    let with_token = |t: &str| {
+        Request::get(path)
+            .header("authorization", format!("Bearer {t}"))
+            .body(Bytes::new())
+            .unwrap()
+    };
+    let anon = w.client(None);
+    assert_eq!(
+        anon.send(gw.addr, with_token("s3cr3t-token-bob"))
+            .await
+            .status,
+        200
+    );
+
+    // A broken token file is not applied.
+    std::fs::write(w.pki.path("tokens.csv"), "only-two,fields\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        anon.send(gw.addr, with_token("s3cr3t-token-bob"))
+            .await
+            .status,
+        200
+    );
+
+    // A good one replaces the old tokens.
+    std::fs::write(
+        w.pki.path("tokens.csv"),
+        "new-token-carol,carol,uid-carol,\"devs\"\n",
+    )
+    .unwrap();
+    let switched = eventually(10, || async {
+        anon.send(gw.addr, with_token("new-token-carol"))
+            .await
+            .status
+            == 200
+    })
+    .await;
+    assert!(switched, "the new token file was not applied");
+    anon.send(gw.addr, with_token("s3cr3t-token-bob"))
+        .await
+        .assert_status(401);
+
+    // The client CA bundle is replaced by a new CA: its users get in, the old CA's do not.
+    let new_ca = w.pki.ca("client-ca-next");
+    w.pki.leaf("dave", &new_ca, "dave", &["ops"], &[], false);
+    std::fs::copy(
+        w.pki.path("client-ca-next.crt"),
+        w.pki.path("client-ca.crt"),
+    )
+    .unwrap();
+    let dave = w.client(Some("dave"));
+    let rotated = eventually(10, || async {
+        dave.try_send(gw.addr, Request::get(path).body(Bytes::new()).unwrap())
+            .await
+            .is_ok_and(|a| a.status == 200)
+    })
+    .await;
+    assert!(
+        rotated,
+        "a certificate from the new client CA was not accepted"
+    );
+    let seen = dave.get(gw.addr, path).await;
+    assert_eq!(seen.seen("x-remote-user"), ["dave"]);
+    let alice = w
+        .client(Some("alice"))
+        .try_send(gw.addr, Request::get(path).body(Bytes::new()).unwrap())
+        .await;
+    assert!(
+        alice.is_err() || alice.is_ok_and(|a| a.status == 401),
+        "the old client CA still authenticates"
+    );
+}

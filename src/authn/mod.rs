@@ -10,7 +10,7 @@ mod x509;
 
 pub use requestheader::RequestHeaderConfig;
 pub use token::TokenFile;
-pub use x509::{subject, CertAuthenticator, PeerIdentity, PeerSort};
+pub use x509::{subject, CertAuthenticator, CertSources, PeerIdentity, PeerSort};
 
 use crate::errors::Status;
 use std::collections::BTreeMap;
@@ -52,7 +52,8 @@ impl Identity {
 #[derive(Debug, Default)]
 pub struct Authenticator {
     pub request_header: Option<RequestHeaderConfig>,
-    pub tokens: Option<TokenFile>,
+    /// Swapped whole when the token file changes.
+    pub tokens: Option<arc_swap::ArcSwap<TokenFile>>,
     pub anonymous: bool,
 }
 
@@ -73,7 +74,7 @@ impl Authenticator {
             _ => {}
         }
         if let Some(token) = bearer(headers) {
-            return match self.tokens.as_ref().and_then(|t| t.lookup(token)) {
+            return match self.tokens.as_ref().and_then(|t| t.load().lookup(token)) {
                 Some(id) => Ok(id.authenticated()),
                 None => Err(Status::unauthorized()),
             };

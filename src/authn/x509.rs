@@ -3,8 +3,12 @@
 //! allowed names, marks a front proxy whose identity headers may be trusted.
 
 use super::Identity;
-use crate::tls::PeerVerifier;
+use crate::tls::{self, PeerVerifier, SwappableClientVerifier, TlsError};
+use arc_swap::ArcSwap;
 use rustls::pki_types::CertificateDer;
+use rustls::server::danger::ClientCertVerifier;
+use std::path::PathBuf;
+use std::sync::Arc;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// What a connection's client certificate proved.
@@ -42,16 +46,90 @@ impl PeerIdentity {
     }
 }
 
-/// Sorts client certificates into users and front proxies.
-#[derive(Debug, Default, Clone)]
-pub struct CertAuthenticator {
-    pub users: Option<PeerVerifier>,
-    pub front_proxy: Option<PeerVerifier>,
+/// Where client certificates are trusted from.
+#[derive(Debug, Clone, Default)]
+pub struct CertSources {
+    /// `--client-ca-file`: users.
+    pub client_ca: Option<PathBuf>,
+    /// `--requestheader-client-ca-file`: front proxies.
+    pub front_proxy_ca: Option<PathBuf>,
     /// CNs a front proxy may have; empty means any certificate of the front-proxy CA.
     pub allowed_names: Vec<String>,
 }
 
+#[derive(Debug, Default)]
+struct Roles {
+    users: Option<PeerVerifier>,
+    front_proxy: Option<PeerVerifier>,
+}
+
+/// Sorts client certificates into users and front proxies. The CA files reload: the next
+/// handshake and the next connection's examination use the new bundles.
+#[derive(Debug, Default)]
+pub struct CertAuthenticator {
+    sources: CertSources,
+    roles: ArcSwap<Roles>,
+    handshake: Option<Arc<SwappableClientVerifier>>,
+}
+
+/// Reads the CA files: the per-role verifiers and the handshake verifier for all of them.
+fn build(sources: &CertSources) -> Result<(Roles, Option<Arc<dyn ClientCertVerifier>>), TlsError> {
+    let mut all = Vec::new();
+    let mut role = |path: &Option<PathBuf>| -> Result<Option<PeerVerifier>, TlsError> {
+        let Some(path) = path else { return Ok(None) };
+        let cas = tls::load_certs(path)?;
+        let verifier = PeerVerifier::new(&cas, &path.display().to_string())?;
+        all.extend(cas);
+        Ok(Some(verifier))
+    };
+    let roles = Roles {
+        users: role(&sources.client_ca)?,
+        front_proxy: role(&sources.front_proxy_ca)?,
+    };
+    let handshake = if all.is_empty() {
+        None
+    } else {
+        Some(tls::optional_client_verifier(&all)?)
+    };
+    Ok((roles, handshake))
+}
+
 impl CertAuthenticator {
+    pub fn load(sources: CertSources) -> Result<Self, TlsError> {
+        let (roles, handshake) = build(&sources)?;
+        Ok(Self {
+            sources,
+            roles: ArcSwap::from_pointee(roles),
+            handshake: handshake.map(SwappableClientVerifier::new),
+        })
+    }
+
+    /// Reads the CA files again; on error everything stays as it was.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let (roles, handshake) = build(&self.sources)?;
+        if let (Some(slot), Some(verifier)) = (&self.handshake, handshake) {
+            slot.replace(verifier);
+        }
+        self.roles.store(Arc::new(roles));
+        Ok(())
+    }
+
+    /// The CA files to watch.
+    pub fn files(&self) -> Vec<PathBuf> {
+        [&self.sources.client_ca, &self.sources.front_proxy_ca]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// For the serving TLS config: None when no client CA is configured.
+    pub fn handshake_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.handshake
+            .clone()
+            .map(|v| v as Arc<dyn ClientCertVerifier>)
+    }
+
     /// Examines the peer chain (leaf first) once, right after the handshake.
     pub fn examine(&self, chain: &[CertificateDer<'static>]) -> PeerIdentity {
         let Some(leaf) = chain.first() else {
@@ -60,13 +138,14 @@ impl CertAuthenticator {
         let Some((cn, orgs)) = subject(leaf) else {
             return PeerIdentity::none();
         };
-        if let Some(fp) = &self.front_proxy {
-            let allowed = self.allowed_names.is_empty() || self.allowed_names.contains(&cn);
-            if allowed && fp.verifies(chain) {
+        let roles = self.roles.load();
+        if let Some(fp) = &roles.front_proxy {
+            let names = &self.sources.allowed_names;
+            if (names.is_empty() || names.contains(&cn)) && fp.verifies(chain) {
                 return PeerIdentity::front_proxy(&cn);
             }
         }
-        if let Some(users) = &self.users {
+        if let Some(users) = &roles.users {
             if !cn.is_empty() && users.verifies(chain) {
                 return PeerIdentity::user(Identity::new(cn, orgs));
             }

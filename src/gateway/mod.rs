@@ -11,7 +11,7 @@ pub use health::Health;
 
 use crate::apiservices::ApiServices;
 use crate::authn::{
-    Authenticator, CertAuthenticator, PeerIdentity, RequestHeaderConfig, TokenFile,
+    Authenticator, CertAuthenticator, CertSources, PeerIdentity, RequestHeaderConfig, TokenFile,
 };
 use crate::authz::{Attributes, Authorizer};
 use crate::availability::{self, Availability};
@@ -23,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::proxy::{Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
 use crate::server::ConnInfo;
-use crate::tls::{self, PeerVerifier, ReloadingCert};
+use crate::tls::{self, ReloadingCert};
 use anyhow::Context as _;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -70,26 +70,21 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let mut client_cas = Vec::new();
-        let mut certs = CertAuthenticator::default();
-        if let Some(path) = &cfg.client_ca {
-            let cas = tls::load_certs(path)?;
-            certs.users = Some(PeerVerifier::new(&cas, &path.display().to_string())?);
-            client_cas.extend(cas);
-        }
+        let certs = CertAuthenticator::load(CertSources {
+            client_ca: cfg.client_ca.clone(),
+            front_proxy_ca: cfg.request_header.as_ref().map(|rh| rh.client_ca.clone()),
+            allowed_names: cfg
+                .request_header
+                .as_ref()
+                .map(|rh| rh.allowed_names.clone())
+                .unwrap_or_default(),
+        })?;
         let mut authn = Authenticator {
             anonymous: cfg.anonymous,
             ..Default::default()
         };
         let mut extra_identity_headers = Vec::new();
         if let Some(rh) = &cfg.request_header {
-            let cas = tls::load_certs(&rh.client_ca)?;
-            certs.front_proxy = Some(PeerVerifier::new(
-                &cas,
-                &rh.client_ca.display().to_string(),
-            )?);
-            certs.allowed_names = rh.allowed_names.clone();
-            client_cas.extend(cas);
             authn.request_header = Some(RequestHeaderConfig {
                 username_headers: rh.username_headers.clone(),
                 group_headers: rh.group_headers.clone(),
@@ -99,7 +94,7 @@ impl Gateway {
                 .extend(rh.username_headers.iter().chain(&rh.group_headers).cloned());
         }
         if let Some(path) = &cfg.token_file {
-            authn.tokens = Some(TokenFile::load(path)?);
+            authn.tokens = Some(arc_swap::ArcSwap::from_pointee(TokenFile::load(path)?));
         }
         let proxy_cert = match &cfg.proxy_client {
             Some((cert, key)) => {
@@ -138,7 +133,7 @@ impl Gateway {
             closing: closing.clone(),
         })
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
-        let tls = tls::server_config(serving, &client_cas).context("serving TLS")?;
+        let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
         let gateway = Arc::new(Self {
             registry,
             availability: Arc::default(),
@@ -319,7 +314,7 @@ pub async fn run(
             None
         }
     };
-    tls::watch_cert_files(built.reloading, Duration::from_secs(2));
+    watch_files(&gateway, built.reloading, &cfg);
     availability::spawn(
         registry.clone(),
         gateway.proxy.clone(),
@@ -371,6 +366,35 @@ pub async fn run(
     )
     .await;
     Ok(())
+}
+
+/// Every file that applies when it changes: serving and proxy client certificates, the
+/// client and front-proxy CA bundles, the token file.
+fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Config) {
+    const PERIOD: Duration = Duration::from_secs(2);
+    for cert in certs {
+        let paths = cert.paths();
+        crate::reload::watch_files("certificate", paths, PERIOD, move || {
+            cert.reload().map_err(|e| e.to_string())
+        });
+    }
+    let g = gateway.clone();
+    let cas = g.certs.files();
+    if !cas.is_empty() {
+        crate::reload::watch_files("client CA", cas, PERIOD, move || {
+            g.certs.reload().map_err(|e| e.to_string())
+        });
+    }
+    if let Some(path) = cfg.token_file.clone() {
+        let g = gateway.clone();
+        crate::reload::watch_files("token file", vec![path.clone()], PERIOD, move || {
+            let tokens = TokenFile::load(&path).map_err(|e| e.to_string())?;
+            if let Some(slot) = &g.authn.tokens {
+                slot.store(Arc::new(tokens));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Releases the readiness latches and keeps backend pools in step with the registry.

@@ -95,7 +95,10 @@ impl SampleServer {
         let cert = ReloadingCert::load(&cfg.cert, &cfg.key).context("sample server certificate")?;
         let cas = tls::load_certs(&cfg.front_proxy_ca).context("sample server front-proxy CA")?;
         let verifier = PeerVerifier::new(&cas, "front-proxy CA").context("front-proxy CA")?;
-        let tls = tls::server_config(cert, &cas).context("sample server TLS config")?;
+        let client_auth =
+            tls::optional_client_verifier(&cas).context("sample server front-proxy CA")?;
+        let tls =
+            tls::server_config(cert, Some(client_auth)).context("sample server TLS config")?;
         let (stopping, stop_rx) = tokio::sync::watch::channel(false);
         let app = Arc::new(App {
             store: Store::new(),

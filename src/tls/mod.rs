@@ -10,8 +10,8 @@ mod reload;
 mod server;
 
 pub use client::{backend_client_config, ProxyClientCert, Trust};
-pub use reload::{watch_cert_files, ReloadingCert};
-pub use server::{server_config, PeerVerifier};
+pub use reload::ReloadingCert;
+pub use server::{optional_client_verifier, server_config, PeerVerifier, SwappableClientVerifier};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};

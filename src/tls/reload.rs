@@ -10,7 +10,6 @@ use rustls::sign::CertifiedKey;
 use rustls::SignatureScheme;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A certificate chain and key loaded from two files, swappable while in use.
 #[derive(Debug)]
@@ -35,23 +34,16 @@ impl ReloadingCert {
         self.current.load_full()
     }
 
-    fn snapshot(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        Some((
-            std::fs::read(&self.cert_path).ok()?,
-            std::fs::read(&self.key_path).ok()?,
-        ))
+    /// The certificate and key files.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        vec![self.cert_path.clone(), self.key_path.clone()]
     }
 
-    fn reload(&self) {
-        match load_certified_key(&self.cert_path, &self.key_path) {
-            Ok(ck) => {
-                self.current.store(ck);
-                tracing::info!(cert = %self.cert_path.display(), "reloaded certificate");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "certificate change not applied; keeping the previous one")
-            }
-        }
+    /// Loads the files again; on error the pair in use stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        self.current
+            .store(load_certified_key(&self.cert_path, &self.key_path)?);
+        Ok(())
     }
 }
 
@@ -73,24 +65,4 @@ impl ResolvesClientCert for ReloadingCert {
     fn has_certs(&self) -> bool {
         true
     }
-}
-
-/// Polls the files of `certs` every `period` and reloads a pair whose bytes changed. Polling
-/// (rather than inotify) also follows the symlink swaps Kubernetes uses for mounted Secrets.
-pub fn watch_cert_files(certs: Vec<Arc<ReloadingCert>>, period: Duration) {
-    tokio::spawn(async move {
-        let mut seen: Vec<_> = certs.iter().map(|c| c.snapshot()).collect();
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            for (cert, last) in certs.iter().zip(seen.iter_mut()) {
-                let now = cert.snapshot();
-                if now.is_some() && now != *last {
-                    cert.reload();
-                    *last = now;
-                }
-            }
-        }
-    });
 }

@@ -342,7 +342,8 @@ impl Echo {
     ) -> Self {
         let cert = apigw::tls::ReloadingCert::load(crt, key).unwrap();
         let cas = apigw::tls::load_certs(front_proxy_ca).unwrap();
-        let tls = Arc::new(apigw::tls::server_config(cert, &cas).unwrap());
+        let verifier = apigw::tls::optional_client_verifier(&cas).unwrap();
+        let tls = Arc::new(apigw::tls::server_config(cert, Some(verifier)).unwrap());
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let log = seen.clone();
