@@ -103,6 +103,9 @@ pub struct Flags {
     /// Log format: text or json [default: text].
     #[arg(long)]
     pub log_format: Option<String>,
+    /// Groups never sent to backends in X-Remote-Group (comma list), e.g. system:masters.
+    #[arg(long, value_delimiter = ',')]
+    pub backend_drop_groups: Vec<String>,
 }
 
 /// The YAML file: the same settings as [`Flags`], camelCase.
@@ -144,6 +147,8 @@ struct File {
     shutdown_grace_period: Option<String>,
     metrics_bind_address: Option<SocketAddr>,
     log_format: Option<String>,
+    #[serde(default)]
+    backend_drop_groups: Vec<String>,
 }
 
 /// How requests are authorized.
@@ -151,6 +156,8 @@ struct File {
 pub enum AuthzMode {
     AlwaysAllow,
     AlwaysDeny,
+    /// RBAC objects from `--authorization-policy-file`.
+    Rbac,
 }
 
 /// Front-proxy (request header) authentication settings.
@@ -188,6 +195,8 @@ pub struct Config {
     pub service_ca: Option<PathBuf>,
     pub delegate: Option<Delegate>,
     pub authorization: Vec<AuthzMode>,
+    /// RBAC objects, for `AuthzMode::Rbac`.
+    pub authorization_policy_file: Option<PathBuf>,
     pub availability_interval: Duration,
     pub availability_timeout: Duration,
     pub request_timeout: Duration,
@@ -195,6 +204,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub metrics_listen: Option<SocketAddr>,
     pub log_json: bool,
+    /// Groups removed from the identity sent to backends.
+    pub backend_drop_groups: Vec<String>,
 }
 
 impl Config {
@@ -214,6 +225,7 @@ impl Config {
             service_ca: None,
             delegate: None,
             authorization: vec![AuthzMode::AlwaysAllow],
+            authorization_policy_file: None,
             availability_interval: Duration::from_secs(30),
             availability_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
@@ -221,6 +233,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(30),
             metrics_listen: None,
             log_json: false,
+            backend_drop_groups: Vec::new(),
         }
     }
 }
@@ -547,23 +560,36 @@ fn merge(
         match mode.as_str() {
             "AlwaysAllow" => authorization.push(AuthzMode::AlwaysAllow),
             "AlwaysDeny" => authorization.push(AuthzMode::AlwaysDeny),
-            "RBAC" | "Webhook" => later(
+            "RBAC" => authorization.push(AuthzMode::Rbac),
+            "Webhook" => later(
                 "--authorization-mode".into(),
-                format!("{mode} is not supported by this build yet (AlwaysAllow, AlwaysDeny)"),
+                "Webhook needs cluster mode, which this build does not have yet (AlwaysAllow, AlwaysDeny, RBAC)".into(),
             ),
             other => later(
                 "--authorization-mode".into(),
-                format!("unknown mode {other:?} (AlwaysAllow, AlwaysDeny)"),
+                format!("unknown mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)"),
             ),
         }
     }
     if authorization.is_empty() {
         authorization.push(AuthzMode::AlwaysAllow);
     }
-    let _ = flags
-        .authorization_policy_file
-        .as_ref()
-        .or(file.authorization_policy_file.as_ref());
+    let (policy_file, policy_in_file) = path_setting(
+        &flags.authorization_policy_file,
+        file.authorization_policy_file,
+        base,
+    );
+    match &policy_file {
+        Some(p) if !p.is_file() => later(
+            origin.name("authorization-policy-file", policy_in_file),
+            format!("{}: no such file", p.display()),
+        ),
+        None if authorization.contains(&AuthzMode::Rbac) => later(
+            "--authorization-policy-file".into(),
+            "is required with --authorization-mode=RBAC".into(),
+        ),
+        _ => {}
+    }
 
     let mut duration =
         |flag: &str, from_flag: &Option<String>, from_file: Option<String>, default: Duration| {
@@ -650,6 +676,7 @@ fn merge(
             service_ca,
             delegate,
             authorization,
+            authorization_policy_file: policy_file,
             availability_interval,
             availability_timeout,
             request_timeout,
@@ -657,6 +684,7 @@ fn merge(
             shutdown_grace,
             metrics_listen: flags.metrics_bind_address.or(file.metrics_bind_address),
             log_json,
+            backend_drop_groups: list_setting(&flags.backend_drop_groups, file.backend_drop_groups),
         }),
         _ => Err(problems),
     }

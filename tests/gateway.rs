@@ -106,6 +106,8 @@ async fn discovery_lists_groups_in_aggregator_order() {
         names,
         [
             "apiregistration.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
             "good.example.com",
             "wc.example.com",
             "wn.example.com"

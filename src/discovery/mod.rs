@@ -76,9 +76,18 @@ impl Documents {
     pub fn render(
         snapshot: &Snapshot,
         states: &HashMap<String, Arc<State>>,
+        builtin: &[Builtin],
         key: (u64, u64),
     ) -> Self {
-        let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
+        let mut services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
+        let mut states = states.clone();
+        for b in builtin
+            .iter()
+            .filter(|b| snapshot.get(&b.svc.name).is_none())
+        {
+            services.push(b.svc.clone());
+            states.insert(b.svc.name.clone(), b.state.clone());
+        }
         let mut list = vec![crate::apiservices::group_document()];
         let mut groups = HashMap::new();
         for group in order::ordered_groups(&services)
@@ -103,7 +112,7 @@ impl Documents {
             .iter()
             .map(|svc| aggregated::Member {
                 svc,
-                state: states.get(&svc.name).map(Arc::as_ref),
+                state: states.get(&svc.name).map(|s| s.as_ref()),
             })
             .collect();
         let mut items = vec![aggregated::apiregistration_item()];
@@ -134,13 +143,49 @@ impl Documents {
     }
 }
 
+/// A group version the gateway serves itself, listed among the registry's.
+#[derive(Debug, Clone)]
+pub struct Builtin {
+    pub svc: Arc<ApiService>,
+    pub state: Arc<State>,
+}
+
+impl Builtin {
+    /// A built-in group version serving the resources of `list` (an APIResourceList).
+    pub fn new(svc: Arc<ApiService>, list: Value) -> Self {
+        let condition = crate::availability::Condition {
+            available: true,
+            reason: "Local",
+            message: "served by the gateway".into(),
+            last_transition: std::time::SystemTime::now(),
+        };
+        let state = State {
+            condition,
+            resources: Some(Arc::new(list)),
+        };
+        Self {
+            svc,
+            state: Arc::new(state),
+        }
+    }
+}
+
 /// The documents of the newest state, rendered on first use after a change.
 #[derive(Debug, Default)]
 pub struct Cache {
     current: ArcSwapOption<Documents>,
+    builtin: Vec<Builtin>,
 }
 
 impl Cache {
+    /// A cache whose documents also list `builtin` group versions.
+    pub fn new(builtin: Vec<Builtin>) -> Self {
+        Self {
+            current: ArcSwapOption::default(),
+            builtin,
+        }
+    }
+
     /// `key` identifies the state: (registry generation, availability round).
     pub fn get(
         &self,
@@ -153,7 +198,7 @@ impl Cache {
                 return docs;
             }
         }
-        let docs = Arc::new(Documents::render(snapshot, states, key));
+        let docs = Arc::new(Documents::render(snapshot, states, &self.builtin, key));
         self.current.store(Some(docs.clone()));
         docs
     }

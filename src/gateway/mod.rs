@@ -5,15 +5,19 @@
 
 mod access;
 mod health;
+mod paths;
+mod protobuf;
+mod reviews;
 mod routes;
 
 pub use health::Health;
 
 use crate::apiservices::ApiServices;
+use crate::authn::Identity;
 use crate::authn::{
     Authenticator, CertAuthenticator, CertSources, PeerIdentity, RequestHeaderConfig, TokenFile,
 };
-use crate::authz::{Attributes, Authorizer};
+use crate::authz::{impersonation, Attributes, Authorizer};
 use crate::availability::{self, Availability};
 use crate::body::Body;
 use crate::config::Config;
@@ -131,6 +135,7 @@ impl Gateway {
             extra_identity_headers,
             metrics: metrics.clone(),
             closing: closing.clone(),
+            drop_groups: cfg.backend_drop_groups.clone(),
         })
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
@@ -140,12 +145,21 @@ impl Gateway {
             metrics,
             health: Health::default(),
             apiservices: Arc::default(),
-            discovery: discovery::Cache::default(),
+            discovery: discovery::Cache::new(
+                reviews::builtin_groups()
+                    .into_iter()
+                    .map(|(svc, list)| discovery::Builtin::new(svc, list))
+                    .collect(),
+            ),
             openapi: Arc::default(),
             proxy: Arc::new(proxy),
             authn,
             certs,
-            authz: Authorizer::new(cfg.authorization.clone()),
+            authz: Authorizer::new(
+                cfg.authorization.clone(),
+                cfg.authorization_policy_file.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
             request_timeout: cfg.request_timeout,
             closing,
             expiring,
@@ -183,28 +197,21 @@ impl Gateway {
         }
         let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
         let long_running = is_long_running(&attrs, &req);
-        let (user, res) = match self.authn.authenticate(req.headers(), peer) {
-            Err(status) => (String::new(), status.into_response()),
+        let (user, res) = match self.admit(&req, peer, &attrs) {
+            Err((user, status)) => (user, status.into_response()),
+            Ok(identity) if long_running => {
+                let res = self.route(req, &identity, remote).await;
+                (identity.user, res)
+            }
             Ok(identity) => {
-                let res = match self
-                    .authz
-                    .authorize(&identity, req.method(), req.uri().path())
-                {
-                    Err(status) => status.into_response(),
-                    Ok(()) if long_running => self.route(req, &identity, remote).await,
-                    Ok(()) => match tokio::time::timeout(
-                        self.request_timeout,
-                        self.route(req, &identity, remote),
+                let routed =
+                    tokio::time::timeout(self.request_timeout, self.route(req, &identity, remote));
+                let res = routed.await.unwrap_or_else(|_| {
+                    Status::gateway_timeout(
+                        "Timeout: request did not complete within the allotted timeout",
                     )
-                    .await
-                    {
-                        Ok(res) => res,
-                        Err(_) => Status::gateway_timeout(
-                            "Timeout: request did not complete within the allotted timeout",
-                        )
-                        .into_response(),
-                    },
-                };
+                    .into_response()
+                });
                 (identity.user, res)
             }
         };
@@ -227,6 +234,28 @@ impl Gateway {
             resource: attrs.resource,
         };
         res.map(|body| record.wrap(body))
+    }
+
+    /// Authenticates, applies impersonation, and authorizes; on refusal, the user (if known)
+    /// and the Status to answer.
+    fn admit<B>(
+        &self,
+        req: &Request<B>,
+        peer: &PeerIdentity,
+        attrs: &Attributes,
+    ) -> Result<Identity, (String, Status)> {
+        paths::check(req.uri().path()).map_err(|s| (String::new(), s))?;
+        let real = self
+            .authn
+            .authenticate(req.headers(), peer)
+            .map_err(|s| (String::new(), s))?;
+        let user = real.user.clone();
+        let identity = impersonation::apply(&self.authz, real, req.headers())
+            .map_err(|s| (user.clone(), s))?;
+        self.authz
+            .authorize(&identity, attrs)
+            .map_err(|s| (identity.user.clone(), s))?;
+        Ok(identity)
     }
 
     /// Health and version: answered without credentials, as kube-apiserver does.
@@ -384,6 +413,10 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
         crate::reload::watch_files("client CA", cas, PERIOD, move || {
             g.certs.reload().map_err(|e| e.to_string())
         });
+    }
+    if let Some(path) = gateway.authz.policy_file().cloned() {
+        let g = gateway.clone();
+        crate::reload::watch_files("RBAC policy", vec![path], PERIOD, move || g.authz.reload());
     }
     if let Some(path) = cfg.token_file.clone() {
         let g = gateway.clone();

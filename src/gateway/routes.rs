@@ -3,7 +3,7 @@
 //! (503 at once while it is unavailable); `/metrics` to the metrics; anything else to the
 //! delegate, or 404.
 
-use super::Gateway;
+use super::{reviews, Gateway};
 use crate::apiservices::{self, GROUP};
 use crate::authn::Identity;
 use crate::body::Body;
@@ -41,6 +41,12 @@ impl Gateway {
                 return apiservices::document(&apiservices::resource_list());
             }
             ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
+            ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..] => {
+                let group = group.to_string();
+                let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
+                let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+                return reviews::handle(&self.authz, identity, req, &group, &rest).await;
+            }
             ["apis", group] | ["apis", group, ""] => {
                 if let Some(doc) = docs().groups.get(*group) {
                     return discovery::serve(&req, std::slice::from_ref(doc));

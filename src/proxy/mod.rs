@@ -73,6 +73,7 @@ pub struct Proxy {
     extra_identity_headers: Vec<String>,
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
+    drop_groups: Vec<String>,
 }
 
 /// How the proxy is set up.
@@ -86,6 +87,8 @@ pub struct ProxySettings {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
     pub closing: tokio_util::sync::CancellationToken,
+    /// Groups never forwarded to backends.
+    pub drop_groups: Vec<String>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -116,6 +119,7 @@ impl Proxy {
                 .collect(),
             metrics: settings.metrics,
             closing: settings.closing,
+            drop_groups: settings.drop_groups,
         })
     }
 
@@ -197,6 +201,15 @@ impl Proxy {
         name: &str,
     ) -> Response<Body> {
         let is_extra = |name: &str| self.extra_identity_headers.iter().any(|h| h == name);
+        let filtered;
+        let identity = if identity.groups.iter().any(|g| self.drop_groups.contains(g)) {
+            let mut id = identity.clone();
+            id.groups.retain(|g| !self.drop_groups.contains(g));
+            filtered = id;
+            &filtered
+        } else {
+            identity
+        };
         let res = backend
             .forward(req, identity, client, &is_extra, &self.closing)
             .await;
