@@ -1,7 +1,11 @@
 //! The dev PKI behind `apigw certs dev` and `apigw dev`: four CAs (serving, client, front proxy,
 //! addon), the leaf certificates each signs, a static token file and an admin kubeconfig, written
 //! into one directory. Existing files are kept unless `force`; a missing leaf is signed by the CA
-//! already on disk so the set stays consistent.
+//! already on disk so the set stays consistent. [`describe`] and [`inspect`] read certificates
+//! back (`apigw certs inspect`, and `apigw doctor`'s view of served chains).
+
+pub mod describe;
+pub mod inspect;
 
 use base64::Engine;
 use rcgen::{

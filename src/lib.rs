@@ -19,8 +19,9 @@
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
 //! - [`metrics`]: Prometheus families.
 //! - [`server`]: the TLS accept loop and graceful drain.
-//! - [`certs`]: the dev PKI.
+//! - [`certs`]: the dev PKI, and `apigw certs inspect`.
 //! - [`check`]: `apigw check`, validation without serving.
+//! - [`doctor`]: `apigw doctor`, each APIService's request path walked and explained.
 //! - [`sample`]: the sample addon API server (`wardle.example.com` flunders).
 //! - [`dev`]: the zero-setup `apigw dev` mode.
 //! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
@@ -35,6 +36,7 @@ pub mod check;
 pub mod config;
 pub mod dev;
 pub mod discovery;
+pub mod doctor;
 pub mod errors;
 pub mod gateway;
 pub mod meta;

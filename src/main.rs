@@ -32,6 +32,8 @@ enum Command {
     },
     /// Load the config and every APIService; print each problem; exit 1 if any.
     Check(Flags),
+    /// Walk each APIService's request path; report each step with the fix; exit 1 if any failed.
+    Doctor(apigw::doctor::DoctorArgs),
     /// The sample addon API server (group wardle.example.com, resource flunders).
     SampleApiserver(SampleArgs),
 }
@@ -45,6 +47,8 @@ enum CertsCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Show certificates, chains, CSRs or a base64 caBundle, with warnings.
+    Inspect(apigw::certs::inspect::InspectArgs),
 }
 
 #[derive(clap::Args)]
@@ -116,6 +120,14 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(flags) => Ok(apigw::check::check(&flags)),
+        Command::Doctor(args) => Ok(runtime()?.block_on(apigw::doctor::command(args))),
+        Command::Certs {
+            command: CertsCommand::Inspect(args),
+        } => Ok(if apigw::certs::inspect::run(&args) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }),
         Command::Certs {
             command: CertsCommand::Dev { out, force },
         } => {

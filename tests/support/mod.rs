@@ -71,6 +71,43 @@ impl Pki {
         sans: &[&str],
         server: bool,
     ) -> (PathBuf, PathBuf) {
+        self.leaf_with(name, ca, cn, orgs, sans, server, None)
+    }
+
+    /// A leaf valid from `not_before` to `not_after` (past dates make an expired certificate).
+    #[allow(clippy::too_many_arguments)] // reads like the certificate it makes
+    pub fn leaf_dated(
+        &self,
+        name: &str,
+        ca: &Ca,
+        cn: &str,
+        sans: &[&str],
+        server: bool,
+        not_before: time::OffsetDateTime,
+        not_after: time::OffsetDateTime,
+    ) -> (PathBuf, PathBuf) {
+        self.leaf_with(
+            name,
+            ca,
+            cn,
+            &[],
+            sans,
+            server,
+            Some((not_before, not_after)),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)] // reads like the certificate it makes
+    fn leaf_with(
+        &self,
+        name: &str,
+        ca: &Ca,
+        cn: &str,
+        orgs: &[&str],
+        sans: &[&str],
+        server: bool,
+        validity: Option<(time::OffsetDateTime, time::OffsetDateTime)>,
+    ) -> (PathBuf, PathBuf) {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         // rcgen keeps one value per attribute type; a second O goes in under its raw OID.
@@ -99,6 +136,10 @@ impl Pki {
         } else {
             ExtendedKeyUsagePurpose::ClientAuth
         }];
+        if let Some((not_before, not_after)) = validity {
+            params.not_before = not_before;
+            params.not_after = not_after;
+        }
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &ca.issuer).unwrap();
         let (crt, keyp) = (
@@ -202,6 +243,20 @@ impl World {
             listener,
         )
         .await
+    }
+
+    /// Starts an echo backend for `host` serving `crt`/`key`, accepting client certificates
+    /// from `front_proxy_ca` (a CA other than the gateway's makes it refuse the proxy cert).
+    pub async fn backend_from(
+        &self,
+        host: &str,
+        crt: &Path,
+        key: &Path,
+        front_proxy_ca: &Ca,
+    ) -> Echo {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ca = self.pki.path(&format!("{}.crt", front_proxy_ca.name));
+        Echo::start(crt, key, &ca, host.to_string(), listener).await
     }
 
     /// Starts `echo`'s server again, on the same address and with the same certificate.

@@ -1,0 +1,282 @@
+//! `apigw doctor`: walks the path a request takes to each APIService's backend, as the gateway
+//! would take it (manifest, name resolution, TCP, TLS with the served chain explained, the proxy
+//! client certificate, the discovery GET), and reports every step as ok, warning or failed with
+//! the one fix to make, plus the curl and openssl commands that repeat each check by hand. It
+//! also checks the gateway's own serving and proxy client certificate files.
+//!
+//! - [`report`]: the findings and their text and JSON forms.
+//! - `checks`: the walk; `answers`: what the backend's answers mean; `probe`: the recording TLS probe; `chain`: the served chain explained;
+//!   `own_certs`: the gateway's files; `recipes`: the commands to run by hand.
+
+mod answers;
+mod chain;
+mod checks;
+mod own_certs;
+mod probe;
+pub mod recipes;
+pub mod report;
+
+pub use report::{Recipe, Report, ServiceReport, Status, Step};
+
+use crate::certs::inspect::OutputFormat;
+use crate::config::{Config, Flags};
+use crate::registry::{load_dir, parse_manifest, ApiService};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The flags of `apigw doctor`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    /// APIServices to check (`<version>.<group>`); all when none are named.
+    pub apiservices: Vec<String>,
+    #[command(flatten)]
+    pub flags: Flags,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Where each APIService's caBundle is written for the printed commands
+    /// [default: $TMPDIR/apigw-doctor].
+    #[arg(long)]
+    pub ca_dir: Option<PathBuf>,
+}
+
+/// What to diagnose.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// APIService names; empty means all.
+    pub names: Vec<String>,
+    pub ca_dir: PathBuf,
+}
+
+/// Runs `apigw doctor`: prints the report; failure when any check failed.
+pub async fn command(args: DoctorArgs) -> ExitCode {
+    let report = match Config::load(&args.flags) {
+        Ok(cfg) => {
+            let opts = Options {
+                names: args.apiservices,
+                ca_dir: args.ca_dir.unwrap_or_else(recipes::default_ca_dir),
+            };
+            diagnose(&cfg, &opts).await
+        }
+        Err(problems) => Report {
+            gateway: problems
+                .iter()
+                .map(|p| {
+                    Step::failed(
+                        "config",
+                        "InvalidConfig",
+                        p.to_string(),
+                        format!("correct {}", p.at),
+                    )
+                })
+                .collect(),
+            apiservices: Vec::new(),
+        },
+    };
+    match args.output {
+        OutputFormat::Text => print!("{}", report.to_text()),
+        OutputFormat::Json => match serde_json::to_string_pretty(&report.to_json()) {
+            Ok(json) => println!("{json}"),
+            Err(e) => eprintln!("apigw: encoding the report: {e}"),
+        },
+    }
+    if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Diagnoses the gateway configured by `cfg`.
+pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
+    let mut report = Report {
+        gateway: own_certs::check(cfg),
+        apiservices: Vec::new(),
+    };
+    let ctx = match context(cfg, opts) {
+        Ok(ctx) => ctx,
+        Err(step) => {
+            report.gateway.push(step);
+            return report;
+        }
+    };
+    let Some(dir) = &cfg.apiservice_dir else {
+        report.gateway.push(Step::warning(
+            "manifest",
+            "NoApiServiceDir",
+            "no --apiservice-dir: there are no APIServices to check",
+            "set --apiservice-dir (apiserviceDir: in the config file)",
+        ));
+        return report;
+    };
+    let (entries, global) = load_services(dir, &opts.names);
+    report.gateway.extend(global);
+    let walks = entries.into_iter().map(|entry| {
+        let ctx = &ctx;
+        async move {
+            match entry {
+                Entry::Valid(svc, step) => checks::walk(ctx, &svc, step).await,
+                Entry::Invalid(name, steps) => ServiceReport {
+                    name,
+                    target: "?".into(),
+                    steps,
+                    ca_bundle_file: None,
+                    commands: Vec::new(),
+                },
+            }
+        }
+    });
+    report.apiservices = futures_util::future::join_all(walks).await;
+    report
+}
+
+/// The shared context: resolver, trust fallback and proxy client certificate as configured.
+fn context(cfg: &Config, opts: &Options) -> Result<checks::Ctx, Step> {
+    let (default_roots, default_roots_name) = match &cfg.service_ca {
+        Some(path) => (
+            crate::tls::load_certs(path).map_err(|e| {
+                Step::failed(
+                    "service-ca-file",
+                    "Unreadable",
+                    e.to_string(),
+                    "point --service-ca-file at a PEM CA bundle",
+                )
+            })?,
+            format!("--service-ca-file {}", path.display()),
+        ),
+        None => (
+            rustls_native_certs::load_native_certs().certs,
+            "the system roots".to_string(),
+        ),
+    };
+    // A broken pair is reported by own_certs; the walks then go without a client certificate.
+    let proxy_cert = cfg
+        .proxy_client
+        .as_ref()
+        .and_then(|(crt, key)| crate::tls::ReloadingCert::load(crt, key).ok());
+    Ok(checks::Ctx {
+        resolver: crate::proxy::Resolver {
+            fixed: cfg.resolve.clone(),
+        },
+        timeout: cfg.availability_timeout,
+        default_roots,
+        default_roots_name,
+        default_ca_file: cfg.service_ca.clone(),
+        proxy_cert,
+        proxy_paths: cfg.proxy_client.clone(),
+        ca_dir: opts.ca_dir.clone(),
+    })
+}
+
+/// An APIService to walk (with its `manifest` step), or one whose manifest is broken.
+enum Entry {
+    Valid(Box<ApiService>, Step),
+    Invalid(String, Vec<Step>),
+}
+
+/// Reads every manifest file on its own, so one bad file does not hide the others, and ties
+/// each problem to its APIService. Problems tied to none are returned separately.
+fn load_services(dir: &Path, names: &[String]) -> (Vec<Entry>, Vec<Step>) {
+    let mut valid: BTreeMap<String, (ApiService, String)> = BTreeMap::new();
+    let mut invalid: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    let mut global = Vec::new();
+    let mut seen = Vec::new();
+    for file in manifest_files(dir) {
+        let shown = file.display().to_string();
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) => {
+                global.push(problem_step(&format!("{shown}: {e}"), &shown));
+                continue;
+            }
+        };
+        let problems = match parse_manifest(&text, &shown) {
+            Ok(services) => {
+                for svc in services {
+                    valid
+                        .entry(svc.name.clone())
+                        .or_insert((svc, shown.clone()));
+                }
+                continue;
+            }
+            Err(problems) => problems,
+        };
+        for p in problems {
+            seen.push(p.to_string());
+            let place = p
+                .field
+                .as_ref()
+                .map_or(shown.clone(), |f| format!("{f} in {shown}"));
+            let step = problem_step(&p.to_string(), &place);
+            match p
+                .object
+                .as_deref()
+                .and_then(|o| o.strip_prefix("APIService "))
+            {
+                Some(name) => invalid.entry(name.to_string()).or_default().push(step),
+                None => global.push(step),
+            }
+        }
+    }
+    // Cross-file problems (the same APIService twice) only show up when loading the whole set.
+    if let Err(problems) = load_dir(dir) {
+        for p in problems.iter().filter(|p| !seen.contains(&p.to_string())) {
+            global.push(problem_step(&p.to_string(), &p.file));
+        }
+    }
+    (select(valid, invalid, names, dir), global)
+}
+
+fn select(
+    mut valid: BTreeMap<String, (ApiService, String)>,
+    mut invalid: BTreeMap<String, Vec<Step>>,
+    names: &[String],
+    dir: &Path,
+) -> Vec<Entry> {
+    let wanted: Vec<String> = if names.is_empty() {
+        valid
+            .keys()
+            .chain(invalid.keys())
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    } else {
+        names.to_vec()
+    };
+    wanted.into_iter().map(|name| {
+        if let Some(steps) = invalid.remove(&name) {
+            return Entry::Invalid(name, steps);
+        }
+        match valid.remove(&name) {
+            Some((svc, file)) => Entry::Valid(Box::new(svc), Step::ok("manifest", format!("valid, from {file}"))),
+            None => {
+                let step = Step::failed("manifest", "NotFound", format!("no APIService named {name} in {}", dir.display()), format!("add the manifest of {name} to {}, or check the name (<version>.<group>)", dir.display()));
+                Entry::Invalid(name, vec![step])
+            }
+        }
+    }).collect()
+}
+
+fn problem_step(message: &str, place: &str) -> Step {
+    Step::failed(
+        "manifest",
+        "InvalidManifest",
+        message,
+        format!("correct {place}; until then the gateway keeps the last valid set"),
+    )
+}
+
+/// The manifest files `load_dir` reads: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted.
+fn manifest_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        !name.starts_with('.') && matches!(ext, "yaml" | "yml" | "json") && p.is_file()
+    });
+    files.sort();
+    files
+}
