@@ -106,6 +106,18 @@ pub struct Flags {
     /// Groups never sent to backends in X-Remote-Group (comma list), e.g. system:masters.
     #[arg(long, value_delimiter = ',')]
     pub backend_drop_groups: Vec<String>,
+    /// Audit log file, or - for stdout; no audit log when unset.
+    #[arg(long)]
+    pub audit_log_path: Option<String>,
+    /// Rotate the audit log file at this many megabytes [default: 100].
+    #[arg(long)]
+    pub audit_log_maxsize: Option<u64>,
+    /// Rotated audit log files to keep [default: 10].
+    #[arg(long)]
+    pub audit_log_maxbackup: Option<usize>,
+    /// audit.k8s.io/v1 Policy choosing levels (None or Metadata) [default: Metadata for all].
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
 }
 
 /// The YAML file: the same settings as [`Flags`], camelCase.
@@ -149,6 +161,10 @@ struct File {
     log_format: Option<String>,
     #[serde(default)]
     backend_drop_groups: Vec<String>,
+    audit_log_path: Option<String>,
+    audit_log_maxsize: Option<u64>,
+    audit_log_maxbackup: Option<usize>,
+    audit_policy_file: Option<PathBuf>,
 }
 
 /// How requests are authorized.
@@ -206,6 +222,7 @@ pub struct Config {
     pub log_json: bool,
     /// Groups removed from the identity sent to backends.
     pub backend_drop_groups: Vec<String>,
+    pub audit: Option<crate::audit::Settings>,
 }
 
 impl Config {
@@ -234,6 +251,7 @@ impl Config {
             metrics_listen: None,
             log_json: false,
             backend_drop_groups: Vec::new(),
+            audit: None,
         }
     }
 }
@@ -650,6 +668,37 @@ fn merge(
             "must be more than 0".into(),
         );
     }
+    let (audit_policy, audit_policy_in_file) =
+        path_setting(&flags.audit_policy_file, file.audit_policy_file, base);
+    if let Some(p) = audit_policy.as_ref().filter(|p| !p.is_file()) {
+        later(
+            origin.name("audit-policy-file", audit_policy_in_file),
+            format!("{}: no such file", p.display()),
+        );
+    }
+    let audit = flags
+        .audit_log_path
+        .clone()
+        .or(file.audit_log_path)
+        .map(|path| {
+            let path = match (&base, flags.audit_log_path.is_none() && path != "-") {
+                (Some(b), true) => b.join(&path).display().to_string(),
+                _ => path,
+            };
+            crate::audit::Settings {
+                path,
+                max_size_bytes: flags
+                    .audit_log_maxsize
+                    .or(file.audit_log_maxsize)
+                    .unwrap_or(100)
+                    << 20,
+                max_backups: flags
+                    .audit_log_maxbackup
+                    .or(file.audit_log_maxbackup)
+                    .unwrap_or(10),
+                policy_file: audit_policy,
+            }
+        });
     problems.append(&mut problems_after);
     let listen = SocketAddr::new(
         flags
@@ -685,6 +734,7 @@ fn merge(
             metrics_listen: flags.metrics_bind_address.or(file.metrics_bind_address),
             log_json,
             backend_drop_groups: list_setting(&flags.backend_drop_groups, file.backend_drop_groups),
+            audit,
         }),
         _ => Err(problems),
     }

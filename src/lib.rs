@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`config`]: flags and YAML merged into one validated [`config::Config`].
 //! - [`tls`]: serving and backend TLS configs, client-certificate verification, reloading certs.
+//! - [`audit`]: the audit.k8s.io/v1 event log.
 //! - [`authn`]: [`authn::Identity`] and the authenticators (request header, x509, token, anonymous).
 //! - [`authz`]: the authorization decision for an authenticated request.
 //! - [`reload`]: files (certs, CAs, tokens) that apply when they change.
@@ -27,6 +28,7 @@
 //! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
 
 pub mod apiservices;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod availability;

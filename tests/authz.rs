@@ -260,3 +260,82 @@ async fn kubectl_auth_whoami_and_can_i_ask_the_gateway() {
     let (_, alice) = kubectl(&s, "alice", &["auth", "whoami", "--as", "carol"]).await;
     assert!(alice.contains("carol"), "{alice}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_request_leaves_an_audit_event_and_the_policy_can_silence_some() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    std::fs::write(
+        w.pki.path("audit-policy.yaml"),
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  nonResourceURLs: [/apis]\n- level: Metadata\n",
+    )
+    .unwrap();
+    let log = w.pki.path("audit.log");
+    let mut cfg = w.config(&[(&echo, echo.addr)]);
+    cfg.audit = Some(apigw::audit::Settings {
+        path: log.display().to_string(),
+        max_size_bytes: 1 << 20,
+        max_backups: 1,
+        policy_file: Some(w.pki.path("audit-policy.yaml")),
+    });
+    let gw = w.gateway(cfg).await;
+    let alice = w.client(Some("alice"));
+    assert_eq!(
+        alice
+            .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things/t1")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(alice.get(gw.addr, "/apis").await.status, 200);
+    w.client(None)
+        .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things")
+        .await
+        .assert_status(401);
+    let events = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    assert!(
+        eventually(5, || async { events().len() >= 2 }).await,
+        "{:?}",
+        events()
+    );
+    let e = events();
+    let get = e
+        .iter()
+        .find(|e| e["verb"] == "get")
+        .expect("the get was audited");
+    assert_eq!(get["kind"], "Event");
+    assert_eq!(get["apiVersion"], "audit.k8s.io/v1");
+    assert_eq!(get["user"]["username"], "alice");
+    assert_eq!(get["objectRef"]["name"], "t1");
+    assert_eq!(get["objectRef"]["namespace"], "n");
+    assert_eq!(get["responseStatus"]["code"], 200);
+    let denied = e
+        .iter()
+        .find(|e| e["responseStatus"]["code"] == 401)
+        .expect("the 401 was audited");
+    assert_eq!(denied["verb"], "list");
+    assert!(
+        e.iter().all(|e| e["requestURI"] != "/apis"),
+        "the policy's None rule was ignored: {e:?}"
+    );
+    assert!(
+        !std::fs::read_to_string(&log).unwrap().contains("BEGIN"),
+        "certificate material in the audit log"
+    );
+}

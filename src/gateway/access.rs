@@ -2,6 +2,9 @@
 //! ends (so a watch is logged with its real duration and bytes): user, verb, path, code, bytes,
 //! duration and APIService. Never a header value, token or body.
 
+use crate::audit::Auditor;
+use crate::authn::Identity;
+use crate::authz::Attributes;
 use crate::body::{Body, BoxError};
 use crate::metrics::Metrics;
 use bytes::Bytes;
@@ -16,17 +19,20 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 /// What is known of a request when its response head is ready.
 pub struct Record {
     pub metrics: Arc<Metrics>,
+    pub audit: Option<Arc<Auditor>>,
     pub remote: std::net::SocketAddr,
-    pub user: String,
-    pub verb: String,
-    pub path: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
+    /// The identity the request acted as, once authenticated.
+    pub identity: Option<Identity>,
+    /// The authenticated user, when `identity` is an impersonated one.
+    pub real: Option<Identity>,
+    pub attrs: Attributes,
+    pub uri: String,
+    pub user_agent: Option<String>,
     pub apiservice: Option<String>,
     pub code: u16,
     pub long_running: bool,
     pub start: Instant,
+    pub received: std::time::SystemTime,
     pub closing: CancellationToken,
 }
 
@@ -34,12 +40,8 @@ impl Record {
     /// Counts the request and its time to the response head; the line is logged when `body` ends.
     pub fn wrap(self, body: Body) -> Body {
         let m = &self.metrics;
-        let labels = [
-            self.verb.as_str(),
-            &self.group,
-            &self.version,
-            &self.resource,
-        ];
+        let a = &self.attrs;
+        let labels = [a.verb.as_str(), &a.group, &a.version, &a.resource];
         m.requests
             .with_label_values(&[
                 labels[0],
@@ -125,13 +127,25 @@ impl Drop for Logged {
         tracing::info!(
             target: "apigw::access",
             remote = %r.remote,
-            user = %r.user,
-            verb = %r.verb,
-            path = %r.path,
+            user = r.identity.as_ref().map_or("", |i| i.user.as_str()),
+            verb = %r.attrs.verb,
+            path = %r.attrs.path,
             code = r.code,
             bytes = self.bytes,
             duration_ms = r.start.elapsed().as_secs_f64() * 1000.0,
             apiservice = r.apiservice.as_deref().unwrap_or(""),
         );
+        if let Some(audit) = &r.audit {
+            audit.record(&crate::audit::Request {
+                attrs: &r.attrs,
+                uri: &r.uri,
+                identity: r.identity.as_ref(),
+                real: r.real.as_ref(),
+                source: r.remote.ip(),
+                user_agent: r.user_agent.as_deref(),
+                code: r.code,
+                received: r.received,
+            });
+        }
     }
 }

@@ -45,6 +45,7 @@ pub struct Gateway {
     pub availability: Arc<Availability>,
     pub metrics: Arc<Metrics>,
     pub health: Health,
+    audit: Option<Arc<crate::audit::Auditor>>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -57,6 +58,12 @@ pub struct Gateway {
     closing: tokio_util::sync::CancellationToken,
     /// Certificates whose expiry `/metrics` reports.
     expiring: Vec<(&'static str, Arc<ReloadingCert>)>,
+}
+
+/// A request turned away: who it was (if known) and the Status to answer.
+struct Refused {
+    identity: Option<Box<Identity>>,
+    status: Status,
 }
 
 /// What `build` returns besides the gateway: the TLS config and the files to watch.
@@ -144,6 +151,13 @@ impl Gateway {
             availability: Arc::default(),
             metrics,
             health: Health::default(),
+            audit: match &cfg.audit {
+                Some(settings) => Some(Arc::new(
+                    crate::audit::Auditor::start(settings.clone())
+                        .map_err(|e| anyhow::anyhow!("audit log: {e}"))?,
+                )),
+                None => None,
+            },
             apiservices: Arc::default(),
             discovery: discovery::Cache::new(
                 reviews::builtin_groups()
@@ -195,24 +209,40 @@ impl Gateway {
         if let Some(res) = self.public(&req) {
             return res;
         }
+        let received = std::time::SystemTime::now();
         let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
         let long_running = is_long_running(&attrs, &req);
-        let (user, res) = match self.admit(&req, peer, &attrs) {
-            Err((user, status)) => (user, status.into_response()),
-            Ok(identity) if long_running => {
-                let res = self.route(req, &identity, remote).await;
-                (identity.user, res)
-            }
-            Ok(identity) => {
-                let routed =
-                    tokio::time::timeout(self.request_timeout, self.route(req, &identity, remote));
-                let res = routed.await.unwrap_or_else(|_| {
-                    Status::gateway_timeout(
-                        "Timeout: request did not complete within the allotted timeout",
-                    )
-                    .into_response()
-                });
-                (identity.user, res)
+        let uri = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
+        let user_agent = req
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let admitted = self.admit(&req, peer, &attrs);
+        let (identity, real, res) = match admitted {
+            Err(refused) => (
+                refused.identity.map(|b| *b),
+                None,
+                refused.status.into_response(),
+            ),
+            Ok((identity, real)) => {
+                let routed = self.route(req, &identity, remote);
+                let res = if long_running {
+                    routed.await
+                } else {
+                    tokio::time::timeout(self.request_timeout, routed)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Status::gateway_timeout(
+                                "Timeout: request did not complete within the allotted timeout",
+                            )
+                            .into_response()
+                        })
+                };
+                (Some(identity), real, res)
             }
         };
         let apiservice = (!attrs.group.is_empty())
@@ -220,42 +250,49 @@ impl Gateway {
             .filter(|name| self.registry.snapshot().get(name).is_some());
         let record = access::Record {
             metrics: self.metrics.clone(),
+            audit: self.audit.clone(),
             remote,
-            user,
+            identity,
+            real,
+            attrs,
+            uri,
+            user_agent,
+            apiservice,
             code: res.status().as_u16(),
             long_running,
             start,
+            received,
             closing: self.closing.clone(),
-            apiservice,
-            verb: attrs.verb,
-            path: attrs.path,
-            group: attrs.group,
-            version: attrs.version,
-            resource: attrs.resource,
         };
         res.map(|body| record.wrap(body))
     }
 
-    /// Authenticates, applies impersonation, and authorizes; on refusal, the user (if known)
-    /// and the Status to answer.
+    /// Authenticates, applies impersonation, and authorizes. Returns the identity to act as
+    /// and, when impersonating, the real one.
     fn admit<B>(
         &self,
         req: &Request<B>,
         peer: &PeerIdentity,
         attrs: &Attributes,
-    ) -> Result<Identity, (String, Status)> {
-        paths::check(req.uri().path()).map_err(|s| (String::new(), s))?;
+    ) -> Result<(Identity, Option<Identity>), Refused> {
+        fn refuse(identity: Option<&Identity>) -> impl FnOnce(Status) -> Refused + '_ {
+            move |status| Refused {
+                identity: identity.cloned().map(Box::new),
+                status,
+            }
+        }
+        paths::check(req.uri().path()).map_err(refuse(None))?;
         let real = self
             .authn
             .authenticate(req.headers(), peer)
-            .map_err(|s| (String::new(), s))?;
-        let user = real.user.clone();
-        let identity = impersonation::apply(&self.authz, real, req.headers())
-            .map_err(|s| (user.clone(), s))?;
+            .map_err(refuse(None))?;
+        let identity = impersonation::apply(&self.authz, real.clone(), req.headers())
+            .map_err(refuse(Some(&real)))?;
         self.authz
             .authorize(&identity, attrs)
-            .map_err(|s| (identity.user.clone(), s))?;
-        Ok(identity)
+            .map_err(refuse(Some(&identity)))?;
+        let real = (identity != real).then_some(real);
+        Ok((identity, real))
     }
 
     /// Health and version: answered without credentials, as kube-apiserver does.

@@ -1,0 +1,390 @@
+//! The audit log: one `audit.k8s.io/v1` Event JSON line per request, at the level an audit
+//! policy chooses (`None` or `Metadata`; `Request` and `RequestResponse` are recorded as
+//! `Metadata`, since bodies stream and are never buffered). Lines go to stdout or to a file
+//! rotated by size. Writing happens on its own task behind a bounded queue: a request never
+//! waits for the log, and when the queue is full the event is dropped and counted.
+
+use crate::authn::Identity;
+use crate::authz::Attributes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+use tokio::sync::mpsc;
+
+/// Where and how much to log.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A file path, or `-` for stdout.
+    pub path: String,
+    pub max_size_bytes: u64,
+    pub max_backups: usize,
+    pub policy_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct GroupResources {
+    group: String,
+    resources: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Rule {
+    level: String,
+    users: Vec<String>,
+    user_groups: Vec<String>,
+    verbs: Vec<String>,
+    resources: Vec<GroupResources>,
+    namespaces: Vec<String>,
+    #[serde(rename = "nonResourceURLs")]
+    non_resource_urls: Vec<String>,
+}
+
+/// An audit policy: the first rule that matches a request sets its level.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Policy {
+    #[serde(default)]
+    rules: Vec<Rule>,
+}
+
+impl Rule {
+    fn matches(&self, id: Option<&Identity>, a: &Attributes) -> bool {
+        let user = id.map_or("", |i| i.user.as_str());
+        let any =
+            |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v || x == "*");
+        any(&self.users, user)
+            && (self.user_groups.is_empty()
+                || id.is_some_and(|i| i.groups.iter().any(|g| self.user_groups.contains(g))))
+            && any(&self.verbs, &a.verb)
+            && if a.resource_request {
+                self.non_resource_urls.is_empty()
+                    && any(&self.namespaces, &a.namespace)
+                    && (self.resources.is_empty()
+                        || self
+                            .resources
+                            .iter()
+                            .any(|r| r.group == a.group && any(&r.resources, &a.resource)))
+            } else {
+                self.resources.is_empty()
+                    && self.namespaces.is_empty()
+                    && (self.non_resource_urls.is_empty()
+                        || self.non_resource_urls.iter().any(|u| {
+                            u == &a.path
+                                || u.strip_suffix('*').is_some_and(|p| a.path.starts_with(p))
+                        }))
+            }
+    }
+}
+
+impl Policy {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The level for a request; `Metadata` when no rule matches or there is no policy.
+    pub fn level(&self, id: Option<&Identity>, a: &Attributes) -> &str {
+        if self.rules.is_empty() {
+            return "Metadata";
+        }
+        self.rules
+            .iter()
+            .find(|r| r.matches(id, a))
+            .map_or("None", |r| r.level.as_str())
+    }
+}
+
+/// What is known of a finished request.
+pub struct Request<'a> {
+    pub attrs: &'a Attributes,
+    pub uri: &'a str,
+    pub identity: Option<&'a Identity>,
+    /// The authenticated user when `identity` is an impersonated one.
+    pub real: Option<&'a Identity>,
+    pub source: std::net::IpAddr,
+    pub user_agent: Option<&'a str>,
+    pub code: u16,
+    pub received: SystemTime,
+}
+
+/// The audit logger.
+pub struct Auditor {
+    policy: Policy,
+    tx: mpsc::Sender<String>,
+    pub dropped: AtomicU64,
+}
+
+fn micros(t: SystemTime) -> String {
+    let t = time::OffsetDateTime::from(t);
+    let micros = t.microsecond();
+    format!(
+        "{}.{micros:06}Z",
+        crate::meta::timestamp(t.into()).trim_end_matches('Z')
+    )
+}
+
+fn user_info(id: &Identity) -> Value {
+    let mut u = json!({"username": id.user, "groups": id.groups});
+    if let Some(uid) = &id.uid {
+        u["uid"] = json!(uid);
+    }
+    if !id.extra.is_empty() {
+        u["extra"] = json!(id.extra);
+    }
+    u
+}
+
+/// The Event of one request at `level`.
+pub fn event(r: &Request<'_>, level: &str) -> Value {
+    let a = r.attrs;
+    let id_bytes =
+        ring::rand::generate::<[u8; 16]>(&ring::rand::SystemRandom::new()).map(|b| b.expose());
+    let audit_id: String = id_bytes
+        .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+        .unwrap_or_default();
+    let (user, impersonated) = match (r.real, r.identity) {
+        (Some(real), Some(id)) => (user_info(real), Some(user_info(id))),
+        (None, Some(id)) => (user_info(id), None),
+        _ => (json!({}), None),
+    };
+    let mut e = json!({
+        "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": level,
+        "auditID": audit_id, "stage": "ResponseComplete",
+        "requestURI": r.uri, "verb": a.verb, "user": user,
+        "sourceIPs": [r.source.to_string()],
+        "responseStatus": {"metadata": {}, "code": r.code},
+        "requestReceivedTimestamp": micros(r.received),
+        "stageTimestamp": micros(SystemTime::now()),
+    });
+    if let Some(i) = impersonated {
+        e["impersonatedUser"] = i;
+    }
+    if let Some(ua) = r.user_agent {
+        e["userAgent"] = json!(ua);
+    }
+    if a.resource_request {
+        let mut o = json!({"resource": a.resource, "apiGroup": a.group, "apiVersion": a.version});
+        for (k, v) in [
+            ("namespace", &a.namespace),
+            ("name", &a.name),
+            ("subresource", &a.subresource),
+        ] {
+            if !v.is_empty() {
+                o[k] = json!(v);
+            }
+        }
+        e["objectRef"] = o;
+    }
+    e
+}
+
+impl Auditor {
+    /// Starts the writer; fails when the file cannot be opened or the policy is invalid.
+    pub fn start(settings: Settings) -> Result<Self, String> {
+        let policy = match &settings.policy_file {
+            Some(p) => Policy::load(p)?,
+            None => Policy::default(),
+        };
+        let mut sink = Sink::open(&settings)?;
+        let (tx, mut rx) = mpsc::channel::<String>(8192);
+        std::thread::Builder::new()
+            .name("apigw-audit".into())
+            .spawn(move || {
+                while let Some(line) = rx.blocking_recv() {
+                    if let Err(e) = sink.write(&line) {
+                        tracing::warn!(error = %e, "audit log write failed");
+                    }
+                }
+            })
+            .map_err(|e| format!("audit writer: {e}"))?;
+        Ok(Self {
+            policy,
+            tx,
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Queues the event of a finished request; never waits.
+    pub fn record(&self, r: &Request<'_>) {
+        let level = self.policy.level(r.identity, r.attrs);
+        if level == "None" {
+            return;
+        }
+        let line = event(r, "Metadata").to_string();
+        if self.tx.try_send(line).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// stdout, or a file rotated when it passes the size limit (`path.1` is the newest backup).
+struct Sink {
+    path: Option<PathBuf>,
+    file: Box<dyn Write + Send>,
+    written: u64,
+    max_size: u64,
+    max_backups: usize,
+}
+
+impl Sink {
+    fn open(s: &Settings) -> Result<Self, String> {
+        if s.path == "-" {
+            return Ok(Self {
+                path: None,
+                file: Box::new(std::io::stdout()),
+                written: 0,
+                max_size: u64::MAX,
+                max_backups: 0,
+            });
+        }
+        let path = PathBuf::from(&s.path);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let written = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(Self {
+            path: Some(path),
+            file: Box::new(file),
+            written,
+            max_size: s.max_size_bytes,
+            max_backups: s.max_backups,
+        })
+    }
+
+    fn write(&mut self, line: &str) -> std::io::Result<()> {
+        if self.written + line.len() as u64 + 1 > self.max_size {
+            self.rotate()?;
+        }
+        self.file.write_all(line.as_bytes())?;
+        self.file.write_all(b"\n")?;
+        self.file.flush()?;
+        self.written += line.len() as u64 + 1;
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let backup = |n: usize| PathBuf::from(format!("{}.{n}", path.display()));
+        for n in (1..self.max_backups).rev() {
+            let _ = std::fs::rename(backup(n), backup(n + 1));
+        }
+        if self.max_backups > 0 {
+            std::fs::rename(path, backup(1))?;
+        } else {
+            std::fs::remove_file(path)?;
+        }
+        self.file = Box::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?,
+        );
+        self.written = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    fn attrs(m: Method, p: &str) -> Attributes {
+        Attributes::from_request(&m, p, None)
+    }
+
+    #[test]
+    fn policy_picks_the_first_matching_rule() {
+        let p: Policy = serde_yaml_ng::from_str(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  nonResourceURLs: [/healthz*, /apis]\n- level: None\n  users: [system:kube-aggregator]\n- level: Metadata\n  resources: [{group: wardle.example.com, resources: [flunders]}]\n",
+        )
+        .unwrap();
+        let bob = Identity::new("bob", vec![]);
+        assert_eq!(p.level(Some(&bob), &attrs(Method::GET, "/apis")), "None");
+        assert_eq!(
+            p.level(
+                Some(&bob),
+                &attrs(
+                    Method::GET,
+                    "/apis/wardle.example.com/v1alpha1/namespaces/x/flunders"
+                )
+            ),
+            "Metadata"
+        );
+        assert_eq!(
+            p.level(
+                Some(&bob),
+                &attrs(
+                    Method::GET,
+                    "/apis/other.example.com/v1/namespaces/x/things"
+                )
+            ),
+            "None"
+        );
+        assert_eq!(
+            Policy::default().level(None, &attrs(Method::GET, "/x")),
+            "Metadata"
+        );
+    }
+
+    #[test]
+    fn event_has_the_upstream_shape() {
+        let a = attrs(
+            Method::DELETE,
+            "/apis/wardle.example.com/v1alpha1/namespaces/x/flunders/f",
+        );
+        let real = Identity::new("ops", vec!["g".into()]);
+        let carol = Identity::new("carol", vec![]);
+        let r = Request {
+            attrs: &a,
+            uri: "/apis/wardle.example.com/v1alpha1/namespaces/x/flunders/f?dryRun=All",
+            identity: Some(&carol),
+            real: Some(&real),
+            source: [10, 0, 0, 1].into(),
+            user_agent: Some("kubectl"),
+            code: 200,
+            received: SystemTime::now(),
+        };
+        let e = event(&r, "Metadata");
+        assert_eq!(e["verb"], "delete");
+        assert_eq!(e["user"]["username"], "ops");
+        assert_eq!(e["impersonatedUser"]["username"], "carol");
+        assert_eq!(
+            e["objectRef"],
+            json!({"resource": "flunders", "apiGroup": "wardle.example.com", "apiVersion": "v1alpha1", "namespace": "x", "name": "f"})
+        );
+        assert_eq!(e["responseStatus"]["code"], 200);
+        assert_eq!(e["auditID"].as_str().map(str::len), Some(32));
+        assert!(e["stageTimestamp"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn file_rotates_by_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let s = Settings {
+            path: path.display().to_string(),
+            max_size_bytes: 100,
+            max_backups: 2,
+            policy_file: None,
+        };
+        let mut sink = Sink::open(&s).unwrap();
+        for i in 0..10 {
+            sink.write(&format!(
+                "{{\"line\":{i},\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}"
+            ))
+            .unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() <= 100);
+        assert!(dir.path().join("audit.log.1").exists() && dir.path().join("audit.log.2").exists());
+        assert!(!dir.path().join("audit.log.3").exists());
+    }
+}
