@@ -106,6 +106,15 @@ pub struct Flags {
     /// Groups never sent to backends in X-Remote-Group (comma list), e.g. system:masters.
     #[arg(long, value_delimiter = ',')]
     pub backend_drop_groups: Vec<String>,
+    /// Requests in flight at once, long-running ones exempt; then 429 [default: 400; 0: no limit].
+    #[arg(long)]
+    pub max_requests_inflight: Option<usize>,
+    /// Requests in flight at once from one client address [default: 0, no limit].
+    #[arg(long)]
+    pub max_requests_inflight_per_client: Option<usize>,
+    /// Open connections from one client address [default: 0, no limit].
+    #[arg(long)]
+    pub max_connections_per_client: Option<usize>,
     /// Audit log file, or - for stdout; no audit log when unset.
     #[arg(long)]
     pub audit_log_path: Option<String>,
@@ -161,6 +170,9 @@ struct File {
     log_format: Option<String>,
     #[serde(default)]
     backend_drop_groups: Vec<String>,
+    max_requests_inflight: Option<usize>,
+    max_requests_inflight_per_client: Option<usize>,
+    max_connections_per_client: Option<usize>,
     audit_log_path: Option<String>,
     audit_log_maxsize: Option<u64>,
     audit_log_maxbackup: Option<usize>,
@@ -223,6 +235,8 @@ pub struct Config {
     /// Groups removed from the identity sent to backends.
     pub backend_drop_groups: Vec<String>,
     pub audit: Option<crate::audit::Settings>,
+    /// (overall in flight, in flight per client, connections per client); 0 is unlimited.
+    pub limits: (usize, usize, usize),
 }
 
 impl Config {
@@ -252,6 +266,7 @@ impl Config {
             log_json: false,
             backend_drop_groups: Vec::new(),
             audit: None,
+            limits: (400, 0, 0),
         }
     }
 }
@@ -735,6 +750,20 @@ fn merge(
             log_json,
             backend_drop_groups: list_setting(&flags.backend_drop_groups, file.backend_drop_groups),
             audit,
+            limits: (
+                flags
+                    .max_requests_inflight
+                    .or(file.max_requests_inflight)
+                    .unwrap_or(400),
+                flags
+                    .max_requests_inflight_per_client
+                    .or(file.max_requests_inflight_per_client)
+                    .unwrap_or(0),
+                flags
+                    .max_connections_per_client
+                    .or(file.max_connections_per_client)
+                    .unwrap_or(0),
+            ),
         }),
         _ => Err(problems),
     }

@@ -34,6 +34,8 @@ pub struct Record {
     pub start: Instant,
     pub received: std::time::SystemTime,
     pub closing: CancellationToken,
+    /// Released when the response ends.
+    pub _permit: Option<super::limits::Permit>,
 }
 
 impl Record {

@@ -5,6 +5,7 @@
 
 mod access;
 mod health;
+mod limits;
 mod paths;
 mod protobuf;
 mod reviews;
@@ -46,6 +47,7 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub health: Health,
     audit: Option<Arc<crate::audit::Auditor>>,
+    limits: Arc<limits::Limits>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -151,6 +153,7 @@ impl Gateway {
             availability: Arc::default(),
             metrics,
             health: Health::default(),
+            limits: limits::Limits::new(cfg.limits.0, cfg.limits.1, cfg.limits.2),
             audit: match &cfg.audit {
                 Some(settings) => Some(Arc::new(
                     crate::audit::Auditor::start(settings.clone())
@@ -193,9 +196,21 @@ impl Gateway {
         let peer = Arc::new(self.certs.examine(&conn.peer_chain));
         let gateway = self.clone();
         let remote = conn.remote;
+        // Held by the handler, so released when the connection ends.
+        let permit = self.limits.connect(remote.ip()).map(Arc::new);
         move |req| {
-            let (gateway, peer) = (gateway.clone(), peer.clone());
-            Box::pin(async move { gateway.handle(req, &peer, remote).await })
+            let (gateway, peer, admitted) = (gateway.clone(), peer.clone(), permit.is_some());
+            Box::pin(async move {
+                if !admitted {
+                    let mut res = retry_later(limits::too_many());
+                    res.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                    return res;
+                }
+                gateway.handle(req, &peer, remote).await
+            })
         }
     }
 
@@ -221,6 +236,10 @@ impl Gateway {
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let permit = match self.limits.admit(remote.ip(), long_running) {
+            Ok(permit) => permit,
+            Err(status) => return retry_later(status),
+        };
         let admitted = self.admit(&req, peer, &attrs);
         let (identity, real, res) = match admitted {
             Err(refused) => (
@@ -263,6 +282,7 @@ impl Gateway {
             start,
             received,
             closing: self.closing.clone(),
+            _permit: Some(permit),
         };
         res.map(|body| record.wrap(body))
     }
@@ -328,6 +348,16 @@ impl Gateway {
         );
         res
     }
+}
+
+/// A 429 with the `Retry-After` kube-apiserver sends.
+fn retry_later(status: Status) -> Response<Body> {
+    let mut res = status.into_response();
+    res.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    res
 }
 
 /// Requests exempt from the request timeout, as kube-apiserver's long-running check: watches,

@@ -1,6 +1,10 @@
 //! Path hygiene before routing and authorization: a path is decided on exactly as the backend
 //! will read it, so dot segments, empty segments and encoded separators (which a backend might
-//! decode or normalize into another group, namespace or resource) are refused outright.
+//! decode or normalize into another group, namespace or resource) are refused outright. (Ambiguous
+//! body framing is hyper's to refuse: it rejects bad chunking, conflicting lengths and
+//! non-chunked Transfer-Encoding, and a request with both Content-Length and
+//! Transfer-Encoding is read by the latter alone and its connection closed, per RFC 9112
+//! §6.1; the proxy then re-frames every body it forwards.)
 
 use crate::errors::Status;
 

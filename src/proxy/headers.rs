@@ -45,8 +45,18 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 
 /// True for headers a client must never pass to a backend: credentials, impersonation and
 /// identity headers in any case (`is_extra` adds configured front-proxy header names).
-fn is_identity(name: &str, is_extra: &dyn Fn(&str) -> bool) -> bool {
+/// Names are compared with `_` read as `-`: CGI-style servers (WSGI, Rack, PHP) map both to
+/// the same variable, so `X_Remote_User` would otherwise arrive as `X-Remote-User`.
+pub fn is_identity(name: &str, is_extra: &dyn Fn(&str) -> bool) -> bool {
+    let dashed;
+    let name = if name.contains('_') {
+        dashed = name.replace('_', "-");
+        dashed.as_str()
+    } else {
+        name
+    };
     name == "authorization"
+        || name == "proxy-authorization"
         || name.starts_with("impersonate-")
         || name.starts_with("x-remote-")
         || is_extra(name)
@@ -199,6 +209,25 @@ mod tests {
         assert_eq!(all("x-forwarded-proto"), ["https"]);
         assert_eq!(all("x-forwarded-host"), ["gw.example.com"]);
         assert_eq!(all("accept"), ["application/json"]);
+    }
+
+    #[test]
+    fn underscore_spellings_are_identity_headers_too() {
+        let mut h = map(&[
+            ("X_Remote_User", "mallory"),
+            ("impersonate_user", "root"),
+            ("x-remote_group", "g"),
+        ]);
+        let id = Identity::new("alice", vec![]);
+        let fwd = Forwarded {
+            identity: &id,
+            client_ip: "::1".parse().unwrap(),
+            original_host: None,
+        };
+        set_identity(&mut h, &fwd, &|_| false);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert!(!names.iter().any(|n| n.contains('_')), "{names:?}");
+        assert_eq!(h.get_all("x-remote-user").iter().count(), 1);
     }
 
     #[test]

@@ -294,13 +294,23 @@ impl Backend {
         };
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
+        // The outgoing framing comes from the body itself (hyper sets Content-Length from an
+        // exact size), never from a header a client chose.
+        parts.headers.remove(header::CONTENT_LENGTH);
         let fwd = Forwarded {
             identity,
             client_ip: client.ip(),
             original_host,
         };
         set_identity(&mut parts.headers, &fwd, is_extra);
-        let out = Request::from_parts(parts, body::stream(incoming));
+        // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
+        // remember it, so the failed request answers 400 rather than blaming the backend.
+        let body_failed: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let tracked = Tracked {
+            inner: incoming,
+            failed: body_failed.clone(),
+        };
+        let out = Request::from_parts(parts, body::stream(tracked));
         let pool = if upgrade {
             &self.upgrade_client
         } else {
@@ -308,6 +318,11 @@ impl Backend {
         };
         let mut res = match pool.request(out).await {
             Ok(res) => res,
+            Err(_) if body_failed.get().is_some() => {
+                let why = body_failed.get().map_or("", String::as_str);
+                return Status::bad_request(format!("the request body could not be read: {why}"))
+                    .into_response();
+            }
             Err(e) => {
                 let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), chain);
                 tracing::warn!(backend = %self.host, error = %reason, "backend unreachable");
@@ -443,6 +458,36 @@ impl Backend {
                 secs: timeout.as_secs(),
             }),
         }
+    }
+}
+
+/// A request body that records its first error.
+struct Tracked {
+    inner: Incoming,
+    failed: Arc<std::sync::OnceLock<String>>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Err(e))) = &polled {
+            let _ = self.failed.set(e.to_string());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
