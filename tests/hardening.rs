@@ -311,8 +311,10 @@ async fn faults_end_in_a_clean_status_and_other_apiservices_keep_serving() {
     let reset_addr = reset.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((sock, _)) = reset.accept().await {
-            let _ = sock.set_linger(Some(Duration::ZERO));
-            drop(sock);
+            // A zero linger turns the close into a TCP reset.
+            if let Ok(std_sock) = sock.into_std() {
+                let _ = socket2::SockRef::from(&std_sock).set_linger(Some(Duration::ZERO));
+            }
         }
     });
     w.register(
