@@ -20,6 +20,7 @@
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
 //! - [`metrics`]: Prometheus families.
 //! - [`server`]: the TLS accept loop and graceful drain.
+//! - [`bench`]: `apigw bench`, the performance harness (load generator, nginx/haproxy baselines).
 //! - [`certs`]: the dev PKI, and `apigw certs inspect`.
 //! - [`check`]: `apigw check`, validation without serving.
 //! - [`doctor`]: `apigw doctor`, each APIService's request path walked and explained.
@@ -32,6 +33,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod availability;
+pub mod bench;
 pub mod body;
 pub mod certs;
 pub mod check;

@@ -34,6 +34,8 @@ enum Command {
     Check(Flags),
     /// Walk each APIService's request path; report each step with the fix; exit 1 if any failed.
     Doctor(apigw::doctor::DoctorArgs),
+    /// Performance harness: apigw against direct, nginx and haproxy, side by side.
+    Bench(apigw::bench::BenchArgs),
     /// The sample addon API server (group wardle.example.com, resource flunders).
     SampleApiserver(SampleArgs),
 }
@@ -73,12 +75,24 @@ struct SampleArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     apigw::tls::install_default_provider();
+    raise_fd_limit();
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("apigw: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the open-file limit to its hard maximum, as Go programs do at start: a front door
+/// holds a connection per client and per proxied watch.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
     }
 }
 
@@ -121,6 +135,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Check(flags) => Ok(apigw::check::check(&flags)),
         Command::Doctor(args) => Ok(runtime()?.block_on(apigw::doctor::command(args))),
+        Command::Bench(args) => apigw::bench::main(args),
         Command::Certs {
             command: CertsCommand::Inspect(args),
         } => Ok(if apigw::certs::inspect::run(&args) {

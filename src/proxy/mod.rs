@@ -54,8 +54,10 @@ pub struct Backend {
     port: u16,
     /// HTTP/2 when the backend offers it, else HTTP/1.1 keep-alive.
     client: Client<Connector, Body>,
-    /// HTTP/1.1 only: upgrades (exec, attach, port-forward) never travel over h2.
-    upgrade_client: Client<Connector, Body>,
+    /// HTTP/1.1 only: upgrades (exec, attach, port-forward) never travel over h2, and neither
+    /// do watches: one h2 connection carries at most the backend's max_concurrent_streams
+    /// (250 on a Go server), and hyper's pool would queue watch number 251 forever.
+    h1_client: Client<Connector, Body>,
     /// A new connection for every request: the gateway's own checks must prove that the
     /// service resolves, accepts and verifies now, not that an old connection still works.
     probe_client: Client<Connector, Body>,
@@ -253,7 +255,7 @@ impl Backend {
         };
         Ok(Self {
             client: make(&[b"h2", b"http/1.1"], 64)?,
-            upgrade_client: make(&[b"http/1.1"], 64)?,
+            h1_client: make(&[b"http/1.1"], 64)?,
             probe_client: make(&[b"h2", b"http/1.1"], 0)?,
             host,
             port,
@@ -280,6 +282,7 @@ impl Backend {
         closing: &tokio_util::sync::CancellationToken,
     ) -> Response<Body> {
         let upgrade = is_upgrade(&req);
+        let watch = is_watch(req.uri());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
         let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
@@ -311,8 +314,8 @@ impl Backend {
             failed: body_failed.clone(),
         };
         let out = Request::from_parts(parts, body::stream(tracked));
-        let pool = if upgrade {
-            &self.upgrade_client
+        let pool = if upgrade || watch {
+            &self.h1_client
         } else {
             &self.client
         };
@@ -489,6 +492,15 @@ impl http_body::Body for Tracked {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// True for a watch (`?watch=1|true` or a `/watch/` path), which holds its request open.
+fn is_watch(uri: &Uri) -> bool {
+    uri.path().contains("/watch/")
+        || uri.query().is_some_and(|q| {
+            q.split('&')
+                .any(|kv| matches!(kv, "watch=1" | "watch=true" | "watch=True"))
+        })
 }
 
 /// True for an HTTP/1.1 `Connection: Upgrade` request (WebSocket, SPDY).

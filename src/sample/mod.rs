@@ -7,9 +7,11 @@
 //!
 //! This file owns configuration, the TLS listener, authentication, shutdown and the counters
 //! tests observe ([`SampleStats`]); [`handler`] the REST surface, [`watch`] watch streams,
-//! [`exec`] the exec subresource, [`openapi`] the OpenAPI documents, [`fields`] field
+//! [`exec`] the exec subresource, [`bench`] the endpoints of `apigw bench`, [`openapi`] the
+//! OpenAPI documents, [`fields`] field
 //! validation, [`store`] the objects, [`table`] content negotiation and Tables.
 
+mod bench;
 mod exec;
 mod fields;
 mod handler;
@@ -22,6 +24,7 @@ mod watch;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use bench::resource_list as bench_resource_list;
 pub use patch::merge_patch;
 
 use crate::body::{full, Body};
@@ -230,6 +233,9 @@ impl App {
             return Status::unauthorized().into_response();
         };
         tracing::debug!(user = %user.name, groups = ?user.groups, method = %req.method(), path = %req.uri().path(), "sample request");
+        if bench::claims(req.uri().path()) {
+            return bench::serve(req).await;
+        }
         handler::route(self, &user, req)
             .await
             .unwrap_or_else(Status::into_response)

@@ -1,0 +1,142 @@
+//! The performance targets of issue 10, checked against one run's rows and figures: small-GET
+//! throughput at least 1.2x the better of nginx and haproxy with p99 no worse, p50 at
+//! concurrency 1 at most 0.8x the better peer's, under 16 KiB of gateway memory per idle
+//! watch, under 8 MiB of growth while relaying 10 MiB responses, and no errors.
+
+use super::report::Check;
+use super::{Figure, Row};
+
+const PEERS: [&str; 2] = ["nginx", "haproxy"];
+
+fn row<'a>(rows: &'a [Row], scenario: &str, target: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.target == target)
+}
+
+/// The peer with the most requests/s in `scenario` (or the lowest p50, with `by_p50`).
+fn better_peer<'a>(rows: &'a [Row], scenario: &str, by_p50: bool) -> Option<&'a Row> {
+    PEERS
+        .iter()
+        .filter_map(|p| row(rows, scenario, p))
+        .filter(|r| r.measured.requests > 0)
+        .min_by(|a, b| {
+            let (a, b) = (&a.measured, &b.measured);
+            if by_p50 {
+                a.p50_ms.total_cmp(&b.p50_ms)
+            } else {
+                b.rps.total_cmp(&a.rps)
+            }
+        })
+}
+
+fn throughput(rows: &[Row]) -> Check {
+    let target = "small GET: apigw req/s >= 1.2x the better peer, p99 no worse".to_string();
+    let (Some(a), Some(p)) = (
+        row(rows, "small-get", "apigw"),
+        better_peer(rows, "small-get", false),
+    ) else {
+        return Check {
+            target,
+            met: None,
+            detail: "needs small-get with nginx or haproxy".into(),
+        };
+    };
+    let (a, pm) = (&a.measured, &p.measured);
+    let ratio = a.rps / pm.rps.max(1e-9);
+    Check {
+        met: Some(ratio >= 1.2 && a.p99_ms <= pm.p99_ms),
+        detail: format!(
+            "{:.0} vs {} {:.0} req/s = {ratio:.2}x; p99 {:.2} vs {:.2} ms",
+            a.rps, p.target, pm.rps, a.p99_ms, pm.p99_ms
+        ),
+        target,
+    }
+}
+
+fn latency(rows: &[Row]) -> Check {
+    let target = "small GET at concurrency 1: apigw p50 <= 0.8x the better peer".to_string();
+    let (Some(a), Some(p)) = (
+        row(rows, "small-get-c1", "apigw"),
+        better_peer(rows, "small-get-c1", true),
+    ) else {
+        return Check {
+            target,
+            met: None,
+            detail: "needs small-get-c1 with nginx or haproxy".into(),
+        };
+    };
+    let ratio = a.measured.p50_ms / p.measured.p50_ms.max(1e-9);
+    Check {
+        met: Some(ratio <= 0.8),
+        detail: format!(
+            "p50 {:.3} vs {} {:.3} ms = {ratio:.2}x",
+            a.measured.p50_ms, p.target, p.measured.p50_ms
+        ),
+        target,
+    }
+}
+
+fn watch_memory(figures: &[Figure]) -> Check {
+    let target = "idle watch < 16 KiB of gateway RSS each".to_string();
+    match figures
+        .iter()
+        .find(|f| f.name == "apigw RSS per idle watch")
+    {
+        Some(f) => Check {
+            met: Some(f.errors == 0 && f.value < 16.0 * 1024.0),
+            detail: format!(
+                "{:.0} bytes per watch; {}",
+                f.value,
+                f.note.clone().unwrap_or_default()
+            ),
+            target,
+        },
+        None => Check {
+            target,
+            met: None,
+            detail: "needs the watches scenario".into(),
+        },
+    }
+}
+
+fn list_memory(rows: &[Row]) -> Check {
+    let target = "10 MiB list: gateway RSS growth < 8 MiB".to_string();
+    match row(rows, "list-10m", "apigw") {
+        Some(r) => {
+            let growth = r
+                .measured
+                .usage
+                .rss_peak_kib
+                .saturating_sub(r.rss_before_kib);
+            Check {
+                met: Some(growth < 8 * 1024),
+                detail: format!(
+                    "{:.1} MiB growth at concurrency {}",
+                    growth as f64 / 1024.0,
+                    r.concurrency
+                ),
+                target,
+            }
+        }
+        None => Check {
+            target,
+            met: None,
+            detail: "needs the list-10m scenario".into(),
+        },
+    }
+}
+
+/// Every target, checked.
+pub fn checks(rows: &[Row], figures: &[Figure], errors: u64) -> Vec<Check> {
+    vec![
+        throughput(rows),
+        latency(rows),
+        watch_memory(figures),
+        list_memory(rows),
+        Check {
+            target: "no errors".into(),
+            met: Some(errors == 0),
+            detail: format!("{errors} error(s)"),
+        },
+    ]
+}

@@ -1,0 +1,48 @@
+//! `apigw bench --quick`: the harness runs every scenario that needs no nginx or haproxy against
+//! the gateway and the sample server, exits 0, and its JSON report counts no errors.
+
+use std::process::Command;
+
+#[test]
+fn quick_bench_runs_without_errors() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json = dir.path().join("bench.json");
+    let markdown = dir.path().join("bench.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_apigw"))
+        .args(["bench", "--quick", "--no-install", "--no-peers", "--concurrency", "8"])
+        .args([
+            "--scenarios",
+            "small-get,small-get-c1,small-get-h2,list-10m,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(&markdown)
+        .output()
+        .expect("running apigw bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "apigw bench failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let text = std::fs::read_to_string(&json).expect("the JSON report");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(report["errors"], 0, "{stdout}");
+    let rows = report["rows"].as_array().expect("rows");
+    assert!(
+        rows.iter()
+            .any(|r| r["target"] == "apigw" && r["requests"].as_u64() > Some(0)),
+        "no request went through apigw: {stdout}"
+    );
+    assert!(
+        rows.iter().all(|r| r["errors"] == 0),
+        "a row has errors: {stdout}"
+    );
+    let figures = report["figures"].as_array().expect("figures");
+    assert!(figures.iter().any(|f| f["scenario"] == "watches"));
+    assert!(std::fs::read_to_string(&markdown)
+        .expect("the Markdown report")
+        .contains("| small-get | apigw |"));
+}
