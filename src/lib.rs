@@ -22,6 +22,8 @@
 //! - [`server`]: the TLS accept loop and graceful drain.
 //! - [`bench`]: `apigw bench`, the performance harness (load generator, nginx/haproxy baselines).
 //! - [`certs`]: the dev PKI, and `apigw certs inspect`.
+//! - [`cluster`]: cluster mode: APIServices, Services and EndpointSlices from a Kubernetes API,
+//!   TokenReview, SubjectAccessReview, Lease leader election, status write-back.
 //! - [`check`]: `apigw check`, validation without serving.
 //! - [`doctor`]: `apigw doctor`, each APIService's request path walked and explained.
 //! - [`sample`]: the sample addon API server (`wardle.example.com` flunders).
@@ -37,6 +39,7 @@ pub mod bench;
 pub mod body;
 pub mod certs;
 pub mod check;
+pub mod cluster;
 pub mod config;
 pub mod dev;
 pub mod discovery;

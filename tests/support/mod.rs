@@ -2,6 +2,8 @@
 //! gateways started on loopback with a manifest directory, and a TLS client.
 #![allow(dead_code)]
 
+pub mod kube_api;
+
 use apigw::body::{full, Body};
 use apigw::config::Config;
 use bytes::Bytes;

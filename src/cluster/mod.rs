@@ -1,0 +1,59 @@
+//! Cluster mode: what apigw reads from and writes to a Kubernetes API server with the `kube`
+//! crate. Each piece stands alone and is wired into the gateway by configuration:
+//!
+//! - [`client`]: the [`kube::Client`] from `--kubeconfig` or the in-cluster service account.
+//! - [`apiservices`]: a watcher/reflector over `apiregistration.k8s.io/v1` APIServices feeding the
+//!   [`crate::registry::Registry`], with a readiness latch after the first full list.
+//! - [`services`]: `<name>.<namespace>.svc:<port>` to addresses through Services (ClusterIP) or
+//!   their EndpointSlices (`--enable-aggregator-routing`), from reflector caches.
+//! - [`tokenreview`]: bearer tokens checked with TokenReview, with a bounded TTL cache.
+//! - [`sar`]: the `Webhook` authorizer, SubjectAccessReview with a bounded TTL cache.
+//! - [`lease`]: leader election with a `coordination.k8s.io/v1` Lease.
+//! - [`status`]: availability conditions written back to APIService status by the leader.
+//! - [`cache`]: the bounded TTL cache the two reviewers share.
+
+pub mod apiservices;
+pub mod cache;
+pub mod client;
+pub mod lease;
+pub mod sar;
+pub mod services;
+pub mod status;
+pub mod tokenreview;
+
+pub use apiservices::ApiServiceSource;
+pub use client::client;
+pub use lease::{LeaderElector, LeaseSettings};
+pub use sar::SubjectAccessReviewer;
+pub use services::{ResolveService, RoutingMode, ServiceResolver};
+pub use status::StatusWriter;
+pub use tokenreview::TokenReviewer;
+
+/// Errors of cluster mode; each names what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{what}: {message}")]
+    Config { what: String, message: String },
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ClusterError {
+    pub(crate) fn config(what: String, e: impl std::fmt::Display) -> Self {
+        Self::Config {
+            what,
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn api(what: impl Into<String>, source: kube::Error) -> Self {
+        Self::Api {
+            what: what.into(),
+            source,
+        }
+    }
+}
