@@ -73,9 +73,16 @@ pub struct Flags {
     /// CA bundle to verify the delegate's serving certificate.
     #[arg(long)]
     pub delegate_ca_file: Option<PathBuf>,
-    /// Read APIServices from a cluster (not supported yet).
+    /// Cluster mode with this kubeconfig: APIServices, Services and EndpointSlices from the
+    /// cluster, TokenReview for bearer tokens, status written back.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// Cluster mode with the in-cluster service account (inside a Pod).
+    #[arg(long)]
+    pub cluster_mode: bool,
+    /// In cluster mode, route to ready EndpointSlice endpoints instead of the Service's ClusterIP.
+    #[arg(long)]
+    pub enable_aggregator_routing: bool,
     /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny [default: AlwaysAllow].
     #[arg(long, value_delimiter = ',')]
     pub authorization_mode: Vec<String>,
@@ -159,6 +166,10 @@ struct File {
     delegate_ca_file: Option<PathBuf>,
     kubeconfig: Option<PathBuf>,
     #[serde(default)]
+    cluster_mode: bool,
+    #[serde(default)]
+    enable_aggregator_routing: bool,
+    #[serde(default)]
     authorization_mode: Vec<String>,
     authorization_policy_file: Option<PathBuf>,
     availability_check_interval: Option<String>,
@@ -186,6 +197,8 @@ pub enum AuthzMode {
     AlwaysDeny,
     /// RBAC objects from `--authorization-policy-file`.
     Rbac,
+    /// SubjectAccessReview against the cluster (cluster mode).
+    Webhook,
 }
 
 /// Front-proxy (request header) authentication settings.
@@ -196,6 +209,14 @@ pub struct RequestHeader {
     pub username_headers: Vec<String>,
     pub group_headers: Vec<String>,
     pub extra_prefixes: Vec<String>,
+}
+
+/// Cluster mode: where the Kubernetes API is and how to route to services.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// None: the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub aggregator_routing: bool,
 }
 
 /// The main API server requests go to when no APIService claims them.
@@ -237,6 +258,7 @@ pub struct Config {
     pub audit: Option<crate::audit::Settings>,
     /// (overall in flight, in flight per client, connections per client); 0 is unlimited.
     pub limits: (usize, usize, usize),
+    pub cluster: Option<Cluster>,
 }
 
 impl Config {
@@ -267,6 +289,7 @@ impl Config {
             backend_drop_groups: Vec::new(),
             audit: None,
             limits: (400, 0, 0),
+            cluster: None,
         }
     }
 }
@@ -582,10 +605,22 @@ fn merge(
         },
         None => None,
     };
-    if flags.kubeconfig.is_some() || file.kubeconfig.is_some() {
+    let (kubeconfig, kubeconfig_in_file) = path_setting(&flags.kubeconfig, file.kubeconfig, base);
+    if let Some(k) = kubeconfig.as_ref().filter(|k| !k.is_file()) {
         later(
-            "--kubeconfig".into(),
-            "cluster mode is not supported by this build yet; use --apiservice-dir".into(),
+            origin.name("kubeconfig", kubeconfig_in_file),
+            format!("{}: no such file", k.display()),
+        );
+    }
+    let cluster =
+        (kubeconfig.is_some() || flags.cluster_mode || file.cluster_mode).then_some(Cluster {
+            kubeconfig,
+            aggregator_routing: flags.enable_aggregator_routing || file.enable_aggregator_routing,
+        });
+    if cluster.is_some() && apiservice_dir.is_some() {
+        later(
+            "--apiservice-dir".into(),
+            "cluster mode reads APIServices from the cluster; drop --apiservice-dir or --kubeconfig/--cluster-mode".into(),
         );
     }
     let mut authorization = Vec::new();
@@ -594,13 +629,15 @@ fn merge(
             "AlwaysAllow" => authorization.push(AuthzMode::AlwaysAllow),
             "AlwaysDeny" => authorization.push(AuthzMode::AlwaysDeny),
             "RBAC" => authorization.push(AuthzMode::Rbac),
+            "Webhook" if cluster.is_some() => authorization.push(AuthzMode::Webhook),
             "Webhook" => later(
                 "--authorization-mode".into(),
-                "Webhook needs cluster mode, which this build does not have yet (AlwaysAllow, AlwaysDeny, RBAC)".into(),
+                "Webhook (SubjectAccessReview) needs cluster mode: --kubeconfig or --cluster-mode"
+                    .into(),
             ),
             other => later(
                 "--authorization-mode".into(),
-                format!("unknown mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC)"),
+                format!("unknown mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC, Webhook)"),
             ),
         }
     }
@@ -750,6 +787,7 @@ fn merge(
             log_json,
             backend_drop_groups: list_setting(&flags.backend_drop_groups, file.backend_drop_groups),
             audit,
+            cluster,
             limits: (
                 flags
                     .max_requests_inflight

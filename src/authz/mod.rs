@@ -70,7 +70,14 @@ impl Authorizer {
             AuthzMode::AlwaysAllow => true,
             AuthzMode::AlwaysDeny => false,
             AuthzMode::Rbac => self.policy.load().allows(id, a),
+            // Asked asynchronously by the gateway when no other mode allows (see `webhook`).
+            AuthzMode::Webhook => false,
         })
+    }
+
+    /// True when SubjectAccessReview (cluster mode) is one of the modes.
+    pub fn webhook(&self) -> bool {
+        self.modes.contains(&AuthzMode::Webhook)
     }
 
     /// True when some grant of impersonation is possible for `id`: RBAC is on, or `id` is in

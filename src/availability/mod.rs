@@ -212,15 +212,24 @@ async fn probe(
         );
     };
     if let Err(e) = proxy.resolve(&service.host(), service.port).await {
-        return (
-            false,
-            "ServiceNotFound",
+        // The cluster resolver words its errors as upstream does; DNS errors get its prefix.
+        let text = e.to_string();
+        let reason = if text.contains("no endpoints available") {
+            "MissingEndpoints"
+        } else if text.contains("missing service port") {
+            "ServicePortError"
+        } else {
+            "ServiceNotFound"
+        };
+        let message = if text.starts_with("service/") || reason != "ServiceNotFound" {
+            text
+        } else {
             format!(
-                "service/{} in {:?} is not present: {e}",
+                "service/{} in {:?} is not present: {text}",
                 service.name, service.namespace
-            ),
-            None,
-        );
+            )
+        };
+        return (false, reason, message, None);
     }
     let backend = match proxy.backend_for(svc) {
         Ok(b) => b,

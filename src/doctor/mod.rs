@@ -155,9 +155,7 @@ fn context(cfg: &Config, opts: &Options) -> Result<checks::Ctx, Step> {
         .as_ref()
         .and_then(|(crt, key)| crate::tls::ReloadingCert::load(crt, key).ok());
     Ok(checks::Ctx {
-        resolver: crate::proxy::Resolver {
-            fixed: cfg.resolve.clone(),
-        },
+        resolver: crate::proxy::Resolver::new(cfg.resolve.clone()),
         timeout: cfg.availability_timeout,
         default_roots,
         default_roots_name,

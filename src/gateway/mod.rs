@@ -48,6 +48,10 @@ pub struct Gateway {
     pub health: Health,
     audit: Option<Arc<crate::audit::Auditor>>,
     limits: Arc<limits::Limits>,
+    /// Cluster mode: bearer tokens the token file does not know are asked of TokenReview.
+    token_reviewer: std::sync::OnceLock<crate::cluster::tokenreview::TokenReviewer>,
+    /// Cluster mode with `Webhook`: SubjectAccessReview for what no other mode allows.
+    access_reviewer: std::sync::OnceLock<crate::cluster::sar::SubjectAccessReviewer>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -135,9 +139,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::default());
         let closing = tokio_util::sync::CancellationToken::new();
         let proxy = Proxy::new(ProxySettings {
-            resolver: Resolver {
-                fixed: cfg.resolve.clone(),
-            },
+            resolver: Resolver::new(cfg.resolve.clone()),
             proxy_cert,
             default_roots,
             delegate,
@@ -153,6 +155,8 @@ impl Gateway {
             availability: Arc::default(),
             metrics,
             health: Health::default(),
+            token_reviewer: std::sync::OnceLock::new(),
+            access_reviewer: std::sync::OnceLock::new(),
             limits: limits::Limits::new(cfg.limits.0, cfg.limits.1, cfg.limits.2),
             audit: match &cfg.audit {
                 Some(settings) => Some(Arc::new(
@@ -240,7 +244,7 @@ impl Gateway {
             Ok(permit) => permit,
             Err(status) => return retry_later(status),
         };
-        let admitted = self.admit(&req, peer, &attrs);
+        let admitted = self.admit(&req, peer, &attrs).await;
         let (identity, real, res) = match admitted {
             Err(refused) => (
                 refused.identity.map(|b| *b),
@@ -289,7 +293,7 @@ impl Gateway {
 
     /// Authenticates, applies impersonation, and authorizes. Returns the identity to act as
     /// and, when impersonating, the real one.
-    fn admit<B>(
+    async fn admit<B>(
         &self,
         req: &Request<B>,
         peer: &PeerIdentity,
@@ -302,17 +306,60 @@ impl Gateway {
             }
         }
         paths::check(req.uri().path()).map_err(refuse(None))?;
-        let real = self
-            .authn
-            .authenticate(req.headers(), peer)
-            .map_err(refuse(None))?;
+        let real = match self.authn.authenticate(req.headers(), peer) {
+            Ok(id) => id,
+            Err(status) => self
+                .review_token(req.headers())
+                .await
+                .ok_or(status)
+                .map_err(refuse(None))?,
+        };
         let identity = impersonation::apply(&self.authz, real.clone(), req.headers())
             .map_err(refuse(Some(&real)))?;
-        self.authz
-            .authorize(&identity, attrs)
-            .map_err(refuse(Some(&identity)))?;
+        if !self.authz.allows(&identity, attrs) {
+            let mut message = crate::authz::forbidden_message(&identity, attrs);
+            let mut allowed = false;
+            if let (true, Some(sar)) = (self.authz.webhook(), self.access_reviewer.get()) {
+                match sar.review(&identity, attrs).await {
+                    Ok(decision) => {
+                        allowed = decision.allowed;
+                        if !decision.reason.is_empty() {
+                            message = format!("{message}: {}", decision.reason);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "SubjectAccessReview failed; no opinion"),
+                }
+            }
+            if !allowed {
+                return Err(refuse(Some(&identity))(Status::forbidden(message)));
+            }
+        }
         let real = (identity != real).then_some(real);
         Ok((identity, real))
+    }
+
+    /// Cluster mode: the identity TokenReview gives a bearer token, if any.
+    async fn review_token(&self, headers: &http::HeaderMap) -> Option<Identity> {
+        let reviewer = self.token_reviewer.get()?;
+        let token = headers
+            .get(http::header::AUTHORIZATION)?
+            .to_str()
+            .ok()?
+            .strip_prefix("Bearer ")?
+            .trim();
+        match reviewer.review(token).await {
+            Ok(Some(mut id)) => {
+                if !id.groups.iter().any(|g| g == crate::authn::AUTHENTICATED) {
+                    id.groups.push(crate::authn::AUTHENTICATED.to_string());
+                }
+                Some(id)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "TokenReview failed");
+                None
+            }
+        }
     }
 
     /// Health and version: answered without credentials, as kube-apiserver does.
@@ -400,11 +447,16 @@ pub async fn run(
     let registry = Registry::new();
     let built = Gateway::build(&cfg, registry.clone())?;
     let gateway = built.gateway;
+    let cluster = match &cfg.cluster {
+        Some(c) => Some(start_cluster(&gateway, c).await?),
+        None => None,
+    };
     let _watcher = match &cfg.apiservice_dir {
         Some(dir) => Some(
             crate::registry::watch_dir(dir.clone(), registry.clone())
                 .with_context(|| format!("watching {}", dir.display()))?,
         ),
+        None if cluster.is_some() => None,
         None => {
             registry.replace(crate::registry::Snapshot::default());
             None
@@ -461,7 +513,56 @@ pub async fn run(
         stop,
     )
     .await;
+    if let Some(parts) = cluster {
+        // Hand the Lease over at once rather than let it expire.
+        parts.elector.release().await;
+    }
     Ok(())
+}
+
+/// What cluster mode keeps running.
+struct ClusterParts {
+    elector: crate::cluster::lease::LeaderElector,
+}
+
+/// Cluster mode: APIServices from the cluster, services resolved through it, TokenReview,
+/// SubjectAccessReview (with `Webhook`), and availability written back by the Lease holder.
+async fn start_cluster(
+    gateway: &Arc<Gateway>,
+    c: &crate::config::Cluster,
+) -> anyhow::Result<ClusterParts> {
+    use crate::cluster::{self, lease, sar, services, status, tokenreview};
+    let client = cluster::client::client(c.kubeconfig.as_deref()).await?;
+    let source =
+        cluster::apiservices::ApiServiceSource::spawn(client.clone(), gateway.registry.clone());
+    let mode = if c.aggregator_routing {
+        services::RoutingMode::Endpoints
+    } else {
+        services::RoutingMode::ClusterIp
+    };
+    let resolver = services::ServiceResolver::spawn(client.clone(), mode);
+    gateway.proxy.resolver().set_cluster(resolver);
+    let _ = gateway.token_reviewer.set(tokenreview::TokenReviewer::new(
+        client.clone(),
+        tokenreview::TokenReviewSettings::default(),
+    ));
+    if gateway.authz.webhook() {
+        let _ = gateway.access_reviewer.set(sar::SubjectAccessReviewer::new(
+            client.clone(),
+            sar::SarSettings::default(),
+        ));
+    }
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into());
+    let elector = lease::LeaderElector::spawn(
+        client.clone(),
+        lease::LeaseSettings::new(&namespace, "apigw"),
+    );
+    status::StatusWriter::new(client, source).spawn(
+        gateway.availability.clone(),
+        elector.subscribe(),
+        Duration::from_secs(60),
+    );
+    Ok(ClusterParts { elector })
 }
 
 /// Every file that applies when it changes: serving and proxy client certificates, the

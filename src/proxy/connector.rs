@@ -16,16 +16,50 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-/// Static name resolution (`--resolve NAME:PORT=ADDR:PORT`), falling back to DNS.
-#[derive(Debug, Default, Clone)]
+/// Name resolution for backends: static `--resolve` entries first, then (in cluster mode)
+/// Services and EndpointSlices for `<name>.<namespace>.svc` names, then DNS.
+#[derive(Default)]
 pub struct Resolver {
     pub fixed: BTreeMap<(String, u16), SocketAddr>,
+    cluster: std::sync::OnceLock<std::sync::Arc<dyn crate::cluster::services::ResolveService>>,
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver")
+            .field("fixed", &self.fixed)
+            .field("cluster", &self.cluster.get().is_some())
+            .finish()
+    }
 }
 
 impl Resolver {
+    pub fn new(fixed: BTreeMap<(String, u16), SocketAddr>) -> Self {
+        Self {
+            fixed,
+            cluster: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Resolves service names through the cluster from now on (set once, in cluster mode).
+    pub fn set_cluster(
+        &self,
+        cluster: std::sync::Arc<dyn crate::cluster::services::ResolveService>,
+    ) {
+        let _ = self.cluster.set(cluster);
+    }
+
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
         if let Some(addr) = self.fixed.get(&(host.to_ascii_lowercase(), port)) {
             return Ok(vec![*addr]);
+        }
+        if let Some(cluster) = self.cluster.get() {
+            if crate::cluster::services::parse_host(host).is_some() {
+                return cluster
+                    .resolve_service(host, port)
+                    .await
+                    .map_err(ConnectError::Resolve);
+            }
         }
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
             .await

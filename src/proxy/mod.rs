@@ -125,6 +125,11 @@ impl Proxy {
         })
     }
 
+    /// The resolver connections use (cluster mode plugs the Service resolver into it).
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
     /// Resolves a service name as connections will (static entries, then DNS).
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
         self.resolver.resolve(host, port).await
