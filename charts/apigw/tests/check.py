@@ -513,18 +513,6 @@ def apigw_check(case: Case, docs: list[dict], apigw: str, pki: Path) -> tuple[di
         extra = [a for a in args[1:] if not a.startswith("--config=")]
         result = run([apigw, "check", f"--config={checked}", *extra])
         output = (result.stdout + result.stderr).replace(str(root), "<pod>")
-        if case.cluster_mode and CLUSTER_MODE_KEY in rewritten and result.returncode != 0:
-            # Until cluster mode lands the binary refuses the key: the rest must still check.
-            if CLUSTER_MODE_KEY not in output:
-                return config, output, result.returncode
-            del rewritten[CLUSTER_MODE_KEY]
-            checked.write_text(yaml.safe_dump(rewritten))
-            again = run([apigw, "check", f"--config={checked}", *extra])
-            refusal = output.strip().splitlines()[0].split(", expected")[0]
-            output = (f"(this apigw refuses {CLUSTER_MODE_KEY} until cluster mode lands: "
-                      f"{refusal}; checked without it)\n"
-                      + (again.stdout + again.stderr).replace(str(root), "<pod>"))
-            return config, output, again.returncode
         return config, output, result.returncode
     finally:
         shutil.rmtree(root, ignore_errors=True)
