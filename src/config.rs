@@ -122,6 +122,9 @@ pub struct Flags {
     /// Open connections from one client address [default: 0, no limit].
     #[arg(long)]
     pub max_connections_per_client: Option<usize>,
+    /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
+    #[arg(long)]
+    pub max_request_body_bytes: Option<usize>,
     /// Audit log file, or - for stdout; no audit log when unset.
     #[arg(long)]
     pub audit_log_path: Option<String>,
@@ -184,6 +187,7 @@ struct File {
     max_requests_inflight: Option<usize>,
     max_requests_inflight_per_client: Option<usize>,
     max_connections_per_client: Option<usize>,
+    max_request_body_bytes: Option<usize>,
     audit_log_path: Option<String>,
     audit_log_maxsize: Option<u64>,
     audit_log_maxbackup: Option<usize>,
@@ -259,6 +263,8 @@ pub struct Config {
     /// (overall in flight, in flight per client, connections per client); 0 is unlimited.
     pub limits: (usize, usize, usize),
     pub cluster: Option<Cluster>,
+    /// Largest non-streaming request body forwarded; None: no limit.
+    pub max_request_body_bytes: Option<usize>,
 }
 
 impl Config {
@@ -290,6 +296,7 @@ impl Config {
             audit: None,
             limits: (400, 0, 0),
             cluster: None,
+            max_request_body_bytes: None,
         }
     }
 }
@@ -788,6 +795,10 @@ fn merge(
             backend_drop_groups: list_setting(&flags.backend_drop_groups, file.backend_drop_groups),
             audit,
             cluster,
+            max_request_body_bytes: flags
+                .max_request_body_bytes
+                .or(file.max_request_body_bytes)
+                .filter(|n| *n > 0),
             limits: (
                 flags
                     .max_requests_inflight

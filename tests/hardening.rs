@@ -397,3 +397,36 @@ async fn faults_end_in_a_clean_status_and_other_apiservices_keep_serving() {
     assert!(gone);
     let _ = Request::get("/").body(Bytes::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn request_bodies_over_the_limit_get_413_and_never_reach_the_backend() {
+    let s = setup_with(|cfg| cfg.max_request_body_bytes = Some(1000)).await;
+    let c = s.w.client(Some("alice"));
+    let post = |n: usize| {
+        Request::post(ECHO)
+            .body(Bytes::from(vec![b'x'; n]))
+            .unwrap()
+    };
+    assert_eq!(c.send(s.gw.addr, post(500)).await.status, 200);
+    let st = c.send(s.gw.addr, post(2000)).await.assert_status(413);
+    assert!(
+        st["message"].as_str().unwrap().contains("1000 bytes"),
+        "{st}"
+    );
+    let chunk = "x".repeat(700);
+    let chunked = format!(
+        "POST {ECHO} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{chunk}\r\n{:x}\r\n{chunk}\r\n0\r\n\r\n",
+        chunk.len(),
+        chunk.len()
+    );
+    assert_eq!(status_of(&raw(&s, "alice", chunked.as_bytes()).await), 413);
+    assert!(
+        s.echo
+            .requests()
+            .iter()
+            .all(|r| r["body_len"].as_u64().unwrap_or(0) <= 1000),
+        "an oversized body reached the backend"
+    );
+    // GETs and watches are not limited
+    assert_eq!(c.get(s.gw.addr, ECHO).await.status, 200);
+}

@@ -413,4 +413,54 @@ items:
         let e = Policy::parse("kind: Secret\nmetadata: {name: s}\n", "p.yaml").unwrap_err();
         assert!(e.contains("is not an RBAC object"), "{e}");
     }
+
+    /// The reference model of one rule, written from the RBAC documentation as plainly as
+    /// possible, to check `PolicyRule::allows` against.
+    fn reference(rule: &PolicyRule, a: &Attributes) -> bool {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        if !any(&rule.verbs, &a.verb) {
+            return false;
+        }
+        if !a.resource_request {
+            return rule.non_resource_urls.iter().any(|u| {
+                u == "*"
+                    || u == &a.path
+                    || (u.ends_with('*') && a.path.starts_with(&u[..u.len() - 1]))
+            });
+        }
+        let full = if a.subresource.is_empty() {
+            a.resource.clone()
+        } else {
+            format!("{}/{}", a.resource, a.subresource)
+        };
+        let resource_ok = rule.resources.iter().any(|r| {
+            r == "*"
+                || *r == full
+                || (!a.subresource.is_empty() && *r == format!("*/{}", a.subresource))
+        });
+        any(&rule.api_groups, &a.group)
+            && resource_ok
+            && (rule.resource_names.is_empty() || rule.resource_names.contains(&a.name))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rules_agree_with_the_reference_model(
+            verbs in proptest::collection::vec(proptest::sample::select(vec!["get", "list", "create", "*"]), 0..3),
+            groups in proptest::collection::vec(proptest::sample::select(vec!["", "g", "*"]), 0..3),
+            resources in proptest::collection::vec(proptest::sample::select(vec!["things", "things/status", "*/status", "*", "other"]), 0..3),
+            names in proptest::collection::vec(proptest::sample::select(vec!["a", "b"]), 0..2),
+            urls in proptest::collection::vec(proptest::sample::select(vec!["/apis", "/apis/*", "*", "/metrics"]), 0..2),
+            method in proptest::sample::select(vec!["GET", "POST", "PUT"]),
+            path in proptest::sample::select(vec![
+                "/apis/g/v1/namespaces/n/things", "/apis/g/v1/namespaces/n/things/a", "/apis/g/v1/namespaces/n/things/b/status",
+                "/api/v1/namespaces/n/things/a", "/apis", "/apis/g", "/metrics", "/apis/g/v1/things/a/scale",
+            ]),
+        ) {
+            let s = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+            let rule = PolicyRule { verbs: s(verbs), api_groups: s(groups), resources: s(resources), resource_names: s(names), non_resource_urls: s(urls) };
+            let a = Attributes::from_request(&method.parse().unwrap(), path, None);
+            proptest::prop_assert_eq!(rule.allows(&a), reference(&rule, &a), "{:?} {:?}", rule, a);
+        }
+    }
 }

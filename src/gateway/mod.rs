@@ -147,6 +147,7 @@ impl Gateway {
             metrics: metrics.clone(),
             closing: closing.clone(),
             drop_groups: cfg.backend_drop_groups.clone(),
+            max_body: cfg.max_request_body_bytes,
         })
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;

@@ -81,4 +81,21 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        /// Whatever is accepted has no segment a backend could read as another path.
+        #[test]
+        fn accepted_paths_have_no_tricks(segments in proptest::collection::vec("[a-zA-Z0-9.%/_\\\\-]{0,6}", 0..6)) {
+            let path = format!("/{}", segments.join("/"));
+            if check(&path).is_ok() {
+                let inner = path.strip_suffix('/').unwrap_or(&path);
+                for seg in inner.split('/').skip(1) {
+                    let lower = seg.to_ascii_lowercase().replace("%2e", ".");
+                    proptest::prop_assert!(lower != "." && lower != "..", "{}", path);
+                    proptest::prop_assert!(!lower.contains("%2f") && !lower.contains("%5c") && !seg.contains('\\'), "{}", path);
+                    proptest::prop_assert!(!seg.is_empty() || inner.is_empty(), "{}", path);
+                }
+            }
+        }
+    }
 }

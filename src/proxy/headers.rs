@@ -276,4 +276,37 @@ mod tests {
             "example.com%2Fa%20b%25"
         );
     }
+
+    proptest::proptest! {
+        /// Any spelling of an identity header a client sends is gone after stripping, and only
+        /// the gateway's own values remain.
+        #[test]
+        fn no_spelling_of_an_identity_header_survives(
+            family in proptest::sample::select(vec!["x-remote-", "impersonate-", "authorization", "proxy-authorization"]),
+            suffix in "[a-z0-9]{0,8}",
+            upper in proptest::collection::vec(proptest::bool::ANY, 32),
+            underscores in proptest::bool::ANY,
+        ) {
+            let raw: String = format!("{family}{suffix}")
+                .chars()
+                .zip(upper.iter().cycle())
+                .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
+                .map(|c| if underscores && c == '-' { '_' } else { c })
+                .collect();
+            let mut h = HeaderMap::new();
+            let Ok(name) = HeaderName::from_bytes(raw.as_bytes()) else { return Ok(()) };
+            h.insert(name, HeaderValue::from_static("mallory"));
+            let id = Identity::new("alice", vec!["g".into()]);
+            let fwd = Forwarded { identity: &id, client_ip: "::1".parse().unwrap(), original_host: None };
+            set_identity(&mut h, &fwd, &|_| false);
+            for (k, v) in &h {
+                let dashed = k.as_str().replace('_', "-");
+                if dashed.starts_with("x-remote-") {
+                    proptest::prop_assert!(v != "mallory", "{} survived", k);
+                } else {
+                    proptest::prop_assert!(!dashed.starts_with("impersonate-") && !dashed.ends_with("authorization"), "{} survived", k);
+                }
+            }
+        }
+    }
 }

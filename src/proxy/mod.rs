@@ -14,7 +14,7 @@ use crate::errors::{chain, Status};
 use crate::registry::ApiService;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use connector::Connector;
-use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -76,6 +76,7 @@ pub struct Proxy {
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
+    max_body: Option<usize>,
 }
 
 /// How the proxy is set up.
@@ -91,6 +92,8 @@ pub struct ProxySettings {
     pub closing: tokio_util::sync::CancellationToken,
     /// Groups never forwarded to backends.
     pub drop_groups: Vec<String>,
+    /// Largest request body of a non-streaming request (not GET, watch or upgrade); None: any.
+    pub max_body: Option<usize>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,6 +125,7 @@ impl Proxy {
             metrics: settings.metrics,
             closing: settings.closing,
             drop_groups: settings.drop_groups,
+            max_body: settings.max_body,
         })
     }
 
@@ -218,7 +222,14 @@ impl Proxy {
             identity
         };
         let res = backend
-            .forward(req, identity, client, &is_extra, &self.closing)
+            .forward(
+                req,
+                identity,
+                client,
+                &is_extra,
+                &self.closing,
+                self.max_body,
+            )
             .await;
         if res.extensions().get::<Unreachable>().is_some() {
             self.metrics
@@ -285,6 +296,7 @@ impl Backend {
         client: SocketAddr,
         is_extra: &(dyn Fn(&str) -> bool + Sync),
         closing: &tokio_util::sync::CancellationToken,
+        max_body: Option<usize>,
     ) -> Response<Body> {
         let upgrade = is_upgrade(&req);
         let watch = is_watch(req.uri());
@@ -302,9 +314,6 @@ impl Backend {
         };
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
-        // The outgoing framing comes from the body itself (hyper sets Content-Length from an
-        // exact size), never from a header a client chose.
-        parts.headers.remove(header::CONTENT_LENGTH);
         let fwd = Forwarded {
             identity,
             client_ip: client.ip(),
@@ -314,8 +323,26 @@ impl Backend {
         // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
         // remember it, so the failed request answers 400 rather than blaming the backend.
         let body_failed: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let limit = max_body.filter(|_| !upgrade && !watch && parts.method != Method::GET);
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        // The outgoing framing comes from the body itself (hyper sets Content-Length from an
+        // exact size), never from a header a client chose.
+        parts.headers.remove(header::CONTENT_LENGTH);
+        if let (Some(limit), Some(len)) = (limit, declared) {
+            if len > limit as u64 {
+                return too_large(limit);
+            }
+        }
+        let inner = match limit {
+            Some(limit) => body::stream(http_body_util::Limited::new(incoming, limit)),
+            None => body::stream(incoming),
+        };
         let tracked = Tracked {
-            inner: incoming,
+            inner,
             failed: body_failed.clone(),
         };
         let out = Request::from_parts(parts, body::stream(tracked));
@@ -328,6 +355,9 @@ impl Backend {
             Ok(res) => res,
             Err(_) if body_failed.get().is_some() => {
                 let why = body_failed.get().map_or("", String::as_str);
+                if let (Some(limit), true) = (limit, why.contains("length limit exceeded")) {
+                    return too_large(limit);
+                }
                 return Status::bad_request(format!("the request body could not be read: {why}"))
                     .into_response();
             }
@@ -469,20 +499,30 @@ impl Backend {
     }
 }
 
+/// 413, as kube-apiserver words it.
+fn too_large(limit: usize) -> Response<Body> {
+    Status::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        format!("the request body is larger than the limit of {limit} bytes"),
+    )
+    .into_response()
+}
+
 /// A request body that records its first error.
 struct Tracked {
-    inner: Incoming,
+    inner: Body,
     failed: Arc<std::sync::OnceLock<String>>,
 }
 
 impl http_body::Body for Tracked {
     type Data = bytes::Bytes;
-    type Error = hyper::Error;
+    type Error = crate::body::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
         if let std::task::Poll::Ready(Some(Err(e))) = &polled {
             let _ = self.failed.set(e.to_string());

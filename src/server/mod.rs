@@ -105,7 +105,17 @@ pub async fn serve<M, H, Fut>(
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    // A refused client certificate (expired, not yet valid, wrong purpose, unknown
+                    // CA) is worth a clear line; other handshake noise (scanners, probes) is not.
+                    let cert = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .is_some_and(|t| matches!(t, rustls::Error::InvalidCertificate(_)));
+                    if cert {
+                        tracing::warn!(%remote, error = %e, "client certificate refused");
+                    } else {
+                        tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    }
                     return;
                 }
                 Err(_) => {
