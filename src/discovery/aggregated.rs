@@ -9,6 +9,7 @@ use crate::availability::State;
 use crate::registry::ApiService;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// One group's APIServices with what their backends serve.
 pub struct Member<'a> {
@@ -16,8 +17,51 @@ pub struct Member<'a> {
     pub state: Option<&'a State>,
 }
 
-/// The `items` of the list for `services` (every APIService, any order).
-pub fn items(services: &[Member<'_>]) -> Vec<Value> {
+/// Each APIService's rendered version entry, kept while its resources and freshness stay the
+/// same, so a registry change re-renders only what changed.
+#[derive(Debug, Default)]
+pub struct VersionCache {
+    entries: Mutex<HashMap<String, Rendered>>,
+}
+
+/// A rendered version entry: (identity of the resources Arc, fresh, JSON text).
+type Rendered = (usize, bool, Arc<str>);
+
+impl VersionCache {
+    fn version(&self, m: &Member<'_>) -> Option<Arc<str>> {
+        let state = m.state?;
+        let list = state.resources.as_ref()?;
+        let (ptr, fresh) = (Arc::as_ptr(list) as usize, state.condition.available);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, f, text)) = entries.get(&m.svc.name) {
+            if *p == ptr && *f == fresh {
+                return Some(text.clone());
+            }
+        }
+        let text: Arc<str> = json!({
+            "version": m.svc.version,
+            "resources": resources(list, &m.svc.group, &m.svc.version),
+            "freshness": if fresh { "Current" } else { "Stale" },
+        })
+        .to_string()
+        .into();
+        entries.insert(m.svc.name.clone(), (ptr, fresh, text.clone()));
+        Some(text)
+    }
+
+    /// Forgets APIServices that are gone.
+    fn retain(&self, live: &[Member<'_>]) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() > live.len() {
+            let names: std::collections::HashSet<&str> =
+                live.iter().map(|m| m.svc.name.as_str()).collect();
+            entries.retain(|k, _| names.contains(k.as_str()));
+        }
+    }
+}
+
+/// The groups of the list for `services` (every APIService, any order), each as JSON text.
+pub fn items_json(services: &[Member<'_>], cache: &VersionCache) -> Vec<String> {
     let mut groups: HashMap<&str, Vec<&Member<'_>>> = HashMap::new();
     for m in services.iter().filter(|m| !m.svc.group.is_empty()) {
         groups.entry(&m.svc.group).or_default().push(m);
@@ -30,7 +74,7 @@ pub fn items(services: &[Member<'_>]) -> Vec<Value> {
             .unwrap_or(0)
     };
     ordered.sort_by(|(a, am), (b, bm)| top(bm).cmp(&top(am)).then_with(|| a.cmp(b)));
-    ordered
+    let out = ordered
         .into_iter()
         .filter_map(|(name, mut members)| {
             members.sort_by(|a, b| {
@@ -39,24 +83,26 @@ pub fn items(services: &[Member<'_>]) -> Vec<Value> {
                     .cmp(&a.svc.version_priority)
                     .then_with(|| compare_kube_aware(&b.svc.version, &a.svc.version))
             });
-            let versions: Vec<Value> = members.iter().filter_map(|m| version(m)).collect();
+            let versions: Vec<Arc<str>> = members.iter().filter_map(|m| cache.version(m)).collect();
             (!versions.is_empty()).then(|| {
-                json!({"metadata": {"name": name, "creationTimestamp": null}, "versions": versions})
+                format!(
+                    r#"{{"metadata":{{"name":{},"creationTimestamp":null}},"versions":[{}]}}"#,
+                    Value::from(name),
+                    versions.join(",")
+                )
             })
         })
-        .collect()
+        .collect();
+    cache.retain(services);
+    out
 }
 
-/// One version entry, or None while nothing is known of the backend's resources.
-fn version(m: &Member<'_>) -> Option<Value> {
-    let state = m.state?;
-    let list = state.resources.as_ref()?;
-    let fresh = state.condition.available;
-    Some(json!({
-        "version": m.svc.version,
-        "resources": resources(list, &m.svc.group, &m.svc.version),
-        "freshness": if fresh { "Current" } else { "Stale" },
-    }))
+/// The groups as JSON values (for tests and tools).
+pub fn items(services: &[Member<'_>]) -> Vec<Value> {
+    items_json(services, &VersionCache::default())
+        .iter()
+        .filter_map(|g| serde_json::from_str(g).ok())
+        .collect()
 }
 
 /// Converts a legacy APIResourceList into aggregated resources with nested subresources.
@@ -114,9 +160,13 @@ pub fn resources(list: &Value, group: &str, version: &str) -> Vec<Value> {
     out
 }
 
-/// The whole document at `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`).
-pub fn list(items: &[Value], api_version: &str) -> Value {
-    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+/// The whole document at `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`), around
+/// already rendered `items`.
+pub fn list(items: &[String], api_version: &str) -> String {
+    format!(
+        r#"{{"kind":"APIGroupDiscoveryList","apiVersion":"{api_version}","metadata":{{}},"items":[{}]}}"#,
+        items.join(",")
+    )
 }
 
 /// The `apiregistration.k8s.io` entry the gateway serves itself.
@@ -132,7 +182,6 @@ pub fn apiregistration_item() -> Value {
 mod tests {
     use super::*;
     use crate::availability::Condition;
-    use std::sync::Arc;
     use std::time::SystemTime;
 
     fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {

@@ -34,7 +34,12 @@ const V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGr
 
 impl Doc {
     pub fn new(value: &Value, content_type: &'static str) -> Self {
-        let bytes = Bytes::from(value.to_string());
+        Self::from_text(value.to_string(), content_type)
+    }
+
+    /// A document already rendered as JSON text.
+    pub fn from_text(text: String, content_type: &'static str) -> Self {
+        let bytes = Bytes::from(text);
         Self {
             etag: etag(&bytes),
             bytes,
@@ -77,6 +82,7 @@ impl Documents {
         snapshot: &Snapshot,
         states: &HashMap<String, Arc<State>>,
         builtin: &[Builtin],
+        versions: &aggregated::VersionCache,
         key: (u64, u64),
     ) -> Self {
         let mut services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
@@ -115,8 +121,8 @@ impl Documents {
                 state: states.get(&svc.name).map(|s| s.as_ref()),
             })
             .collect();
-        let mut items = vec![aggregated::apiregistration_item()];
-        items.extend(aggregated::items(&members));
+        let mut items = vec![aggregated::apiregistration_item().to_string()];
+        items.extend(aggregated::items_json(&members, versions));
         let legacy = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list});
         let api = json!({"kind": "APIVersions", "versions": [],
                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]});
@@ -124,17 +130,17 @@ impl Documents {
             key,
             apis: [
                 Doc::new(&legacy, JSON),
-                Doc::new(&aggregated::list(&items, "apidiscovery.k8s.io/v2"), V2),
-                Doc::new(
-                    &aggregated::list(&items, "apidiscovery.k8s.io/v2beta1"),
+                Doc::from_text(aggregated::list(&items, "apidiscovery.k8s.io/v2"), V2),
+                Doc::from_text(
+                    aggregated::list(&items, "apidiscovery.k8s.io/v2beta1"),
                     V2BETA1,
                 ),
             ],
             api: [
                 Doc::new(&api, JSON),
-                Doc::new(&aggregated::list(&[], "apidiscovery.k8s.io/v2"), V2),
-                Doc::new(
-                    &aggregated::list(&[], "apidiscovery.k8s.io/v2beta1"),
+                Doc::from_text(aggregated::list(&[], "apidiscovery.k8s.io/v2"), V2),
+                Doc::from_text(
+                    aggregated::list(&[], "apidiscovery.k8s.io/v2beta1"),
                     V2BETA1,
                 ),
             ],
@@ -175,6 +181,7 @@ impl Builtin {
 pub struct Cache {
     current: ArcSwapOption<Documents>,
     builtin: Vec<Builtin>,
+    versions: aggregated::VersionCache,
 }
 
 impl Cache {
@@ -183,6 +190,7 @@ impl Cache {
         Self {
             current: ArcSwapOption::default(),
             builtin,
+            versions: aggregated::VersionCache::default(),
         }
     }
 
@@ -198,7 +206,13 @@ impl Cache {
                 return docs;
             }
         }
-        let docs = Arc::new(Documents::render(snapshot, states, &self.builtin, key));
+        let docs = Arc::new(Documents::render(
+            snapshot,
+            states,
+            &self.builtin,
+            &self.versions,
+            key,
+        ));
         self.current.store(Some(docs.clone()));
         docs
     }
