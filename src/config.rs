@@ -265,6 +265,8 @@ pub struct Config {
     pub cluster: Option<Cluster>,
     /// Largest non-streaming request body forwarded; None: no limit.
     pub max_request_body_bytes: Option<usize>,
+    /// How long an HTTP/1.1 client may take to send a request head.
+    pub header_read_timeout: Duration,
 }
 
 impl Config {
@@ -297,6 +299,7 @@ impl Config {
             limits: (400, 0, 0),
             cluster: None,
             max_request_body_bytes: None,
+            header_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -799,6 +802,7 @@ fn merge(
                 .max_request_body_bytes
                 .or(file.max_request_body_bytes)
                 .filter(|n| *n > 0),
+            header_read_timeout: Duration::from_secs(30),
             limits: (
                 flags
                     .max_requests_inflight

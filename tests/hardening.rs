@@ -430,3 +430,53 @@ async fn request_bodies_over_the_limit_get_413_and_never_reach_the_backend() {
     // GETs and watches are not limited
     assert_eq!(c.get(s.gw.addr, ECHO).await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_head_is_cut_off_and_guessing_tokens_gets_nothing() {
+    let s = setup_with(|cfg| cfg.header_read_timeout = Duration::from_millis(500)).await;
+    // Slowloris: the head never completes; the gateway closes the connection on its own.
+    let p = |n: &str| s.w.pki.path(n);
+    let roots =
+        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(s.gw.addr).await.unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /apis HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        closed,
+        Ok(true),
+        "a slow request head held the connection open"
+    );
+
+    // Guessing tokens: every guess is a 401 and none reaches the backend.
+    let c = s.w.client(None);
+    for i in 0..200 {
+        let guess = Request::get(ECHO)
+            .header("authorization", format!("Bearer s3cr3t-token-b{i:02}"))
+            .body(Bytes::new())
+            .unwrap();
+        c.send(s.gw.addr, guess).await.assert_status(401);
+    }
+    assert!(s.echo.requests().is_empty());
+}

@@ -502,6 +502,7 @@ pub async fn run(
     };
     let limits = crate::server::Limits {
         grace: cfg.shutdown_grace,
+        header_read_timeout: cfg.header_read_timeout,
         closing: gateway.closing.clone(),
         ..Default::default()
     };

@@ -29,6 +29,8 @@ pub struct ConnInfo {
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub handshake_timeout: Duration,
+    /// How long an HTTP/1.1 client may take to send a request head (slowloris).
+    pub header_read_timeout: Duration,
     pub grace: Duration,
     /// Cancelled when the grace period ends, so long-running responses (watches, upgraded
     /// streams) can end cleanly instead of being cut.
@@ -39,6 +41,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
             grace: Duration::from_secs(30),
             closing: tokio_util::sync::CancellationToken::new(),
         }
@@ -80,7 +83,7 @@ pub async fn serve<M, H, Fut>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(1 << 20);
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
