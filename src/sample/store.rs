@@ -92,7 +92,10 @@ impl Store {
         meta.insert("name".into(), json!(name));
         meta.insert("namespace".into(), json!(ns));
         meta.insert("uid".into(), json!(new_uid()?));
-        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        meta.insert(
+            "creationTimestamp".into(),
+            json!(crate::meta::timestamp(std::time::SystemTime::now())),
+        );
         meta.insert("resourceVersion".into(), json!(inner.rv.to_string()));
         meta.insert("generation".into(), json!(1));
         set_type(&mut obj);
@@ -394,42 +397,6 @@ fn new_uid() -> Result<String, Status> {
     ))
 }
 
-/// Now, as kube writes timestamps: RFC 3339 in UTC with whole seconds.
-pub fn now_rfc3339() -> String {
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
-
-/// Parses the `YYYY-MM-DDTHH:MM:SSZ` timestamps this store writes.
-pub fn parse_rfc3339(s: &str) -> Option<time::OffsetDateTime> {
-    let num = |range: std::ops::Range<usize>| s.get(range)?.parse::<u32>().ok();
-    if s.len() != 20 || !s.ends_with('Z') {
-        return None;
-    }
-    let month = time::Month::try_from(u8::try_from(num(5..7)?).ok()?).ok()?;
-    let date = time::Date::from_calendar_date(
-        i32::try_from(num(0..4)?).ok()?,
-        month,
-        u8::try_from(num(8..10)?).ok()?,
-    )
-    .ok()?;
-    let clock = time::Time::from_hms(
-        u8::try_from(num(11..13)?).ok()?,
-        u8::try_from(num(14..16)?).ok()?,
-        u8::try_from(num(17..19)?).ok()?,
-    )
-    .ok()?;
-    Some(date.with_time(clock).assume_utc())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,9 +412,10 @@ mod tests {
         assert_eq!(made["metadata"]["namespace"], "ns1");
         assert_eq!(made["metadata"]["resourceVersion"], "1");
         assert_eq!(made["metadata"]["uid"].as_str().map(str::len), Some(36));
-        assert!(
-            parse_rfc3339(made["metadata"]["creationTimestamp"].as_str().unwrap_or("")).is_some()
-        );
+        assert!(crate::meta::parse_timestamp(
+            made["metadata"]["creationTimestamp"].as_str().unwrap_or("")
+        )
+        .is_some());
         let dup = store.create("ns1", flunder("one")).expect_err("duplicate");
         assert_eq!(dup.code(), StatusCode::CONFLICT);
         store
