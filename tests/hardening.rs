@@ -22,21 +22,7 @@ struct Setup {
 }
 
 async fn setup_with(tweak: impl FnOnce(&mut apigw::config::Config)) -> Setup {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[(&echo, echo.addr)]);
-    tweak(&mut cfg);
-    let gw = w.gateway(cfg).await;
+    let support::Single { w, echo, gw } = World::single(tweak).await;
     Setup { w, gw, echo }
 }
 

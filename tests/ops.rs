@@ -7,7 +7,7 @@ mod support;
 use bytes::Bytes;
 use http::Request;
 use std::time::Duration;
-use support::{eventually, World};
+use support::{eventually, Single, World};
 
 async fn condition(
     c: &support::Client,
@@ -27,21 +27,10 @@ async fn condition(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn availability_follows_the_backend_and_unavailable_fails_fast() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.availability_interval = Duration::from_millis(300);
-    let gw = w.gateway(cfg).await;
+    let Single { w, echo, gw } = World::single(|cfg| {
+        cfg.availability_interval = Duration::from_millis(300);
+    })
+    .await;
     let c = w.client(Some("alice"));
     assert_eq!(condition(&c, &gw, "v1.a.example.com").await.0, "True");
     assert_eq!(c.get(gw.addr, "/apis/a.example.com/v1/x").await.status, 200);
@@ -87,19 +76,7 @@ async fn availability_follows_the_backend_and_unavailable_fails_fast() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cert_that_stops_verifying_is_reported_with_the_reason() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let c = w.client(Some("alice"));
     // The caBundle changes to a CA that did not sign the serving cert.
     w.register(
@@ -143,19 +120,7 @@ async fn a_cert_that_stops_verifying_is_reported_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn apiservices_list_get_watch_and_local() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let c = w.client(Some("alice"));
     let list = c
         .get(gw.addr, "/apis/apiregistration.k8s.io/v1/apiservices")
@@ -231,19 +196,7 @@ async fn apiservices_list_get_watch_and_local() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_is_verbose_and_metrics_count_requests() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let anon = w.client(None);
     let ready = anon.get(gw.addr, "/readyz?verbose").await;
     let text = String::from_utf8_lossy(&ready.body);
@@ -280,19 +233,7 @@ async fn health_is_verbose_and_metrics_count_requests() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serving_cert_rotates_under_load_without_failures() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let c = w.client(Some("alice"));
     let addr = gw.addr;
     let load = tokio::spawn(async move {
@@ -359,19 +300,7 @@ async fn serving_serial(addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_lets_in_flight_requests_finish() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let addr = gw.addr;
     let mut slow = Vec::new();
     for _ in 0..5 {
@@ -401,21 +330,10 @@ async fn shutdown_lets_in_flight_requests_finish() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.request_timeout = Duration::from_millis(300);
-    let gw = w.gateway(cfg).await;
+    let Single { w, echo: _echo, gw } = World::single(|cfg| {
+        cfg.request_timeout = Duration::from_millis(300);
+    })
+    .await;
     let c = w.client(Some("alice"));
     let st = c
         .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things/slow")
@@ -434,19 +352,7 @@ async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn token_file_and_client_ca_reload_and_a_broken_file_keeps_the_old_one() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let Single { w, echo: _echo, gw } = World::single(|_| {}).await;
     let path = "/apis/a.example.com/v1/x";
     let with_token = |t: &str| {
         Request::get(path)

@@ -362,6 +362,35 @@ impl World {
     }
 }
 
+/// The world most tests need: one echo backend serving `a.example.com/v1` as
+/// `a-svc.a-ns.svc` (cert from the addon CA) behind a gateway that `tweak` configures.
+pub struct Single {
+    pub w: World,
+    pub echo: Echo,
+    pub gw: Gateway,
+}
+
+impl World {
+    pub async fn single(tweak: impl FnOnce(&mut Config)) -> Single {
+        let w = World::new();
+        let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+        w.register(
+            "a.json",
+            "a.example.com",
+            "v1",
+            100,
+            10,
+            "a-svc",
+            "a-ns",
+            &w.addon_ca,
+        );
+        let mut cfg = w.config(&[(&echo, echo.addr)]);
+        tweak(&mut cfg);
+        let gw = w.gateway(cfg).await;
+        Single { w, echo, gw }
+    }
+}
+
 pub fn base64_encode(data: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(data)
