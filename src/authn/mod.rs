@@ -90,7 +90,7 @@ impl Authenticator {
 }
 
 /// The token of an `Authorization: Bearer` header, if there is a well-formed one.
-fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
     let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();

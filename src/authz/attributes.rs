@@ -67,11 +67,7 @@ impl Attributes {
         out.resource = rest[0].to_string();
         out.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
         out.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
-        let watch = watch_prefix
-            || query.is_some_and(|q| {
-                q.split('&')
-                    .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"))
-            });
+        let watch = watch_prefix || watch_requested(query);
         out.verb = match *method {
             Method::GET | Method::HEAD if watch => "watch",
             Method::GET | Method::HEAD if out.name.is_empty() => "list",
@@ -95,6 +91,14 @@ impl Attributes {
             format!("{}/{}", self.resource, self.subresource)
         }
     }
+}
+
+/// True when the query asks for a watch (`watch=true`, `watch=1`, `watch=True` or bare `watch`).
+pub fn watch_requested(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"))
+    })
 }
 
 #[cfg(test)]

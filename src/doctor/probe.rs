@@ -24,8 +24,7 @@ const MAX_BODY: usize = 16 << 20;
 /// Verifies like the gateway (or not at all, for `insecureSkipTLSVerify`) and keeps the chain.
 #[derive(Debug)]
 struct Recorder {
-    /// `None` for `insecureSkipTLSVerify: true`.
-    verifier: Option<Arc<WebPkiServerVerifier>>,
+    inner: Arc<dyn ServerCertVerifier>,
     seen: Mutex<Vec<CertificateDer<'static>>>,
 }
 
@@ -43,10 +42,8 @@ impl ServerCertVerifier for Recorder {
             .map(|c| c.clone().into_owned())
             .collect();
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = chain;
-        match &self.verifier {
-            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
-            None => Ok(ServerCertVerified::assertion()),
-        }
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
     }
 
     fn verify_tls12_signature(
@@ -55,8 +52,7 @@ impl ServerCertVerifier for Recorder {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algs)
+        self.inner.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -65,14 +61,11 @@ impl ServerCertVerifier for Recorder {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algs)
+        self.inner.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.inner.supported_verify_schemes()
     }
 }
 
@@ -169,8 +162,12 @@ pub async fn handshake(
     client_cert: Option<ProxyClientCert>,
     timeout: Duration,
 ) -> Handshake {
+    let inner: Arc<dyn ServerCertVerifier> = match verifier {
+        Some(v) => v,
+        None => crate::tls::any_server_cert(),
+    };
     let recorder = Arc::new(Recorder {
-        verifier,
+        inner,
         seen: Mutex::default(),
     });
     let result = connect(tcp, host, recorder.clone(), client_cert, timeout).await;

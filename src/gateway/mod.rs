@@ -342,12 +342,7 @@ impl Gateway {
     /// Cluster mode: the identity TokenReview gives a bearer token, if any.
     async fn review_token(&self, headers: &http::HeaderMap) -> Option<Identity> {
         let reviewer = self.token_reviewer.get()?;
-        let token = headers
-            .get(http::header::AUTHORIZATION)?
-            .to_str()
-            .ok()?
-            .strip_prefix("Bearer ")?
-            .trim();
+        let token = crate::authn::bearer(headers)?;
         match reviewer.review(token).await {
             Ok(Some(mut id)) => {
                 if !id.groups.iter().any(|g| g == crate::authn::AUTHENTICATED) {

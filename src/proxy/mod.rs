@@ -539,13 +539,10 @@ impl http_body::Body for Tracked {
     }
 }
 
-/// True for a watch (`?watch=1|true` or a `/watch/` path), which holds its request open.
+/// True for a watch (a `/watch/` path, or a query authorization also reads as one), which
+/// holds its request open.
 fn is_watch(uri: &Uri) -> bool {
-    uri.path().contains("/watch/")
-        || uri.query().is_some_and(|q| {
-            q.split('&')
-                .any(|kv| matches!(kv, "watch=1" | "watch=true" | "watch=True"))
-        })
+    uri.path().contains("/watch/") || crate::authz::watch_requested(uri.query())
 }
 
 /// True for an HTTP/1.1 `Connection: Upgrade` request (WebSocket, SPDY).

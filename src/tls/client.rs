@@ -35,7 +35,7 @@ pub fn backend_client_config(
         Trust::Roots(cas) => builder.with_root_certificates(root_store(cas, what)?),
         Trust::Insecure => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify)),
+            .with_custom_certificate_verifier(any_server_cert()),
     };
     let mut config = match proxy_cert {
         Some(cert) => builder.with_client_cert_resolver(cert),
@@ -43,6 +43,12 @@ pub fn backend_client_config(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
+}
+
+/// A verifier accepting any server certificate (handshake signatures still verify); for
+/// `insecureSkipTLSVerify: true` only.
+pub fn any_server_cert() -> Arc<dyn ServerCertVerifier> {
+    Arc::new(NoVerify)
 }
 
 /// Accepts any server certificate; used only for `insecureSkipTLSVerify: true`.

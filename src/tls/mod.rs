@@ -9,7 +9,7 @@ mod client;
 mod reload;
 mod server;
 
-pub use client::{backend_client_config, ProxyClientCert, Trust};
+pub use client::{any_server_cert, backend_client_config, ProxyClientCert, Trust};
 pub use reload::ReloadingCert;
 pub use server::{optional_client_verifier, server_config, PeerVerifier, SwappableClientVerifier};
 
