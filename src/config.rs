@@ -243,8 +243,9 @@ pub struct Config {
     pub request_header: Option<RequestHeader>,
     pub proxy_client: Option<(PathBuf, PathBuf)>,
     pub apiservice_dir: Option<PathBuf>,
-    /// `NAME:PORT` -> address to connect to instead of resolving NAME.
-    pub resolve: BTreeMap<(String, u16), SocketAddr>,
+    /// `NAME:PORT` -> addresses to connect to instead of resolving NAME (requests are
+    /// balanced over them).
+    pub resolve: BTreeMap<(String, u16), Vec<SocketAddr>>,
     pub service_ca: Option<PathBuf>,
     pub delegate: Option<Delegate>,
     pub authorization: Vec<AuthzMode>,
@@ -591,8 +592,13 @@ fn merge(
     };
     for (name, addr) in entries {
         match parse_resolve(&name, &addr) {
-            Ok((key, sa)) => {
-                resolve.insert(key, sa);
+            Ok((key, addrs)) => {
+                let list: &mut Vec<SocketAddr> = resolve.entry(key).or_default();
+                for a in addrs {
+                    if !list.contains(&a) {
+                        list.push(a);
+                    }
+                }
             }
             Err(m) => later(
                 origin.name("resolve", !from_flags),
@@ -822,17 +828,22 @@ fn merge(
     }
 }
 
-/// Parses `NAME:PORT` and `ADDR:PORT` of a `--resolve` entry.
-fn parse_resolve(name: &str, addr: &str) -> Result<((String, u16), SocketAddr), String> {
+/// Parses `NAME:PORT` and `ADDR:PORT[,ADDR:PORT...]` of a `--resolve` entry.
+fn parse_resolve(name: &str, addrs: &str) -> Result<((String, u16), Vec<SocketAddr>), String> {
     let (host, port) = name.rsplit_once(':').ok_or("want NAME:PORT=ADDR:PORT")?;
     let port: u16 = port.parse().map_err(|_| format!("bad port {port:?}"))?;
     if host.is_empty() {
         return Err("empty NAME".into());
     }
-    let addr: SocketAddr = addr
-        .parse()
-        .map_err(|_| format!("{addr:?} is not ADDR:PORT (IPv6 as [::1]:443)"))?;
-    Ok(((host.to_ascii_lowercase(), port), addr))
+    let addrs = addrs
+        .split(',')
+        .map(|a| {
+            a.trim()
+                .parse()
+                .map_err(|_| format!("{a:?} is not ADDR:PORT (IPv6 as [::1]:443)"))
+        })
+        .collect::<Result<Vec<SocketAddr>, String>>()?;
+    Ok(((host.to_ascii_lowercase(), port), addrs))
 }
 
 /// Splits `https://host[:port][/]` into host and port (default 443).
@@ -884,7 +895,7 @@ mod tests {
         assert_eq!(c.apiservice_dir, Some(dir.path().join("apis")));
         assert_eq!(
             c.resolve[&("a.b.svc".to_string(), 443)],
-            "127.0.0.1:9443".parse().unwrap()
+            ["127.0.0.1:9443".parse().unwrap()]
         );
         assert_eq!(c.authorization, vec![AuthzMode::AlwaysAllow]);
     }
@@ -952,6 +963,17 @@ mod tests {
         assert!(parse_resolve("a.svc:443", "127.0.0.1:1").is_ok());
         assert!(parse_resolve("a.svc:443", "[::1]:1").is_ok());
         assert!(parse_resolve("a.svc", "127.0.0.1:1").is_err());
+        assert_eq!(
+            parse_resolve("A.svc:443", "127.0.0.1:1, 127.0.0.2:2").unwrap(),
+            (
+                ("a.svc".into(), 443),
+                vec![
+                    "127.0.0.1:1".parse().unwrap(),
+                    "127.0.0.2:2".parse().unwrap()
+                ]
+            )
+        );
+        assert!(parse_resolve("a.svc:443", "127.0.0.1:1,").is_err());
         assert_eq!(
             parse_https_url("https://10.0.0.1:6443").unwrap(),
             ("10.0.0.1".into(), 6443)

@@ -255,7 +255,7 @@ async fn nothing_listening_is_connection_refused() {
     drop(listener);
     register(&w, &w.addon_ca);
     let mut cfg = w.config(&[]);
-    cfg.resolve.insert((HOST.to_string(), 443), addr);
+    cfg.resolve.insert((HOST.to_string(), 443), vec![addr]);
     let r = diagnose(&w, &cfg).await;
     let s = assert_failed(&r, Some(NAME), "connect", "ConnectionRefused");
     assert!(s.message.contains(&addr.to_string()), "{}", s.message);

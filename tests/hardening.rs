@@ -236,7 +236,16 @@ async fn request_and_connection_limits_answer_429() {
             tokio::spawn(async move { c.get(addr, slow).await.status })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let slow_arrived = |s: &Setup, n: usize| {
+        let seen = s
+            .echo
+            .requests()
+            .iter()
+            .filter(|r| r["path"].as_str().is_some_and(|p| p.ends_with("/slow")))
+            .count();
+        async move { seen == n }
+    };
+    assert!(support::eventually(10, || slow_arrived(&s, 2)).await);
     let third = c.get(addr, ECHO).await;
     third.assert_status(429);
     assert_eq!(third.headers["retry-after"], "1");
@@ -259,7 +268,7 @@ async fn request_and_connection_limits_answer_429() {
     // one connection held open by a slow request; a second connection gets 429
     let addr = s.gw.addr;
     let held = tokio::spawn(async move { first.get(addr, slow).await.status });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(support::eventually(10, || slow_arrived(&s, 1)).await);
     s.w.client(Some("alice"))
         .get(addr, ECHO)
         .await
@@ -335,9 +344,9 @@ async fn faults_end_in_a_clean_status_and_other_apiservices_keep_serving() {
     );
     let mut cfg = w.config(&[(&good, good.addr)]);
     cfg.resolve
-        .insert(("hang-svc.x.svc".into(), 443), hang_addr);
+        .insert(("hang-svc.x.svc".into(), 443), vec![hang_addr]);
     cfg.resolve
-        .insert(("reset-svc.x.svc".into(), 443), reset_addr);
+        .insert(("reset-svc.x.svc".into(), 443), vec![reset_addr]);
     cfg.request_timeout = Duration::from_secs(3);
     cfg.availability_timeout = Duration::from_millis(500);
     let gw = w.gateway(cfg).await;

@@ -44,7 +44,8 @@ async fn dev() -> Dev {
         &world.addon_ca,
     );
     let mut cfg = world.config(&[]);
-    cfg.resolve.insert((host.to_string(), 443), sample_addr);
+    cfg.resolve
+        .insert((host.to_string(), 443), vec![sample_addr]);
     let gw = world.gateway(cfg).await;
     let kubeconfig = world.pki.path("kubeconfig");
     let p = |n: &str| world.pki.path(n).display().to_string();

@@ -101,7 +101,8 @@ async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config:
         &world.addon_ca,
     );
     let mut cfg = world.config(&[]);
-    cfg.resolve.insert((HOST.to_string(), 443), sample.addr);
+    cfg.resolve
+        .insert((HOST.to_string(), 443), vec![sample.addr]);
     if delegate {
         cfg.delegate = Some(apigw::config::Delegate {
             host: HOST.into(),

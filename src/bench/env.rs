@@ -84,7 +84,9 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::env::var_os("APIGW_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use tokio_rustls::TlsConnector;
 /// Services and EndpointSlices for `<name>.<namespace>.svc` names, then DNS.
 #[derive(Default)]
 pub struct Resolver {
-    pub fixed: BTreeMap<(String, u16), SocketAddr>,
+    pub fixed: BTreeMap<(String, u16), Vec<SocketAddr>>,
     cluster: std::sync::OnceLock<std::sync::Arc<dyn crate::cluster::services::ResolveService>>,
 }
 
@@ -34,7 +34,7 @@ impl std::fmt::Debug for Resolver {
 }
 
 impl Resolver {
-    pub fn new(fixed: BTreeMap<(String, u16), SocketAddr>) -> Self {
+    pub fn new(fixed: BTreeMap<(String, u16), Vec<SocketAddr>>) -> Self {
         Self {
             fixed,
             cluster: std::sync::OnceLock::new(),
@@ -50,8 +50,8 @@ impl Resolver {
     }
 
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
-        if let Some(addr) = self.fixed.get(&(host.to_ascii_lowercase(), port)) {
-            return Ok(vec![*addr]);
+        if let Some(addrs) = self.fixed.get(&(host.to_ascii_lowercase(), port)) {
+            return Ok(addrs.clone());
         }
         if let Some(cluster) = self.cluster.get() {
             if crate::cluster::services::parse_host(host).is_some() {
@@ -127,20 +127,37 @@ impl Connector {
             .map_err(|e| ConnectError::Uri(format!("{host}: {e}")))?;
         let mut last = None;
         for addr in self.resolver.resolve(&host, port).await? {
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(tcp)) => {
-                    let _ = tcp.set_nodelay(true);
-                    let tls = TlsConnector::from(self.tls.clone())
-                        .connect(server_name.clone(), tcp)
-                        .await
-                        .map_err(|e| ConnectError::Tls(tls_reason(&e)))?;
-                    return Ok(BackendStream(TokioIo::new(tls)));
-                }
-                Ok(Err(source)) => last = Some(ConnectError::Dial { addr, source }),
-                Err(_) => last = Some(ConnectError::DialTimeout(addr)),
+            match dial(addr, &server_name, &self.tls, self.connect_timeout).await {
+                Ok(tls) => return Ok(BackendStream(TokioIo::new(tls))),
+                Err(e @ ConnectError::Tls(_)) => return Err(e),
+                Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| ConnectError::Resolve(format!("lookup {host}: no addresses"))))
+    }
+}
+
+/// Connects to `addr` over TCP and completes a TLS handshake verifying `name`.
+pub(super) async fn dial(
+    addr: SocketAddr,
+    name: &ServerName<'static>,
+    tls: &Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<TlsStream<TcpStream>, ConnectError> {
+    let tcp = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(source)) => return Err(ConnectError::Dial { addr, source }),
+        Err(_) => return Err(ConnectError::DialTimeout(addr)),
+    };
+    let _ = tcp.set_nodelay(true);
+    let handshake = TlsConnector::from(tls.clone()).connect(name.clone(), tcp);
+    match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(tls)) => Ok(tls),
+        Ok(Err(e)) => Err(ConnectError::Tls(tls_reason(&e))),
+        Err(_) => Err(ConnectError::Tls(format!(
+            "handshake with {addr} did not complete within {} s",
+            timeout.as_secs()
+        ))),
     }
 }
 

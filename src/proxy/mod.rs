@@ -1,12 +1,15 @@
-//! Forwarding to addon API servers. Owns one pooled client per distinct backend (service name,
-//! port and trust), the request rewrite (identity headers, hop-by-hop headers, URI), streaming
-//! both ways, redirect refusal, and HTTP/1.1 upgrades spliced after a `101`.
+//! Forwarding to addon API servers. Owns one backend per distinct service (name, port and
+//! trust) with its connection pool (`pool`), the request rewrite (identity headers, hop-by-hop
+//! headers, URI), streaming both ways, redirect refusal, and HTTP/1.1 upgrades spliced after a
+//! `101`.
 
 mod connector;
 mod headers;
+mod pool;
 
 pub use connector::{ConnectError, Resolver};
 pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
+pub use pool::STREAMS_PER_CONN;
 
 use crate::authn::Identity;
 use crate::body::{self, Body};
@@ -21,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::CertificateDer;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Marks a response the proxy made because the backend could not be reached.
@@ -29,7 +32,7 @@ use std::time::Duration;
 struct Unreachable;
 
 /// Identifies a backend: requests to the same key share a connection pool.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct BackendKey {
     host: String,
     port: u16,
@@ -38,26 +41,27 @@ struct BackendKey {
 }
 
 impl BackendKey {
-    /// True when requests for `svc` use this backend.
+    /// True when requests for `svc` use this backend (compared without allocating: this runs
+    /// on every proxied request).
     fn serves(&self, svc: &ApiService) -> bool {
-        svc.service
-            .as_ref()
-            .is_some_and(|s| s.host() == self.host && s.port == self.port)
-            && svc.ca_bundle == self.ca_bundle
+        svc.service.as_ref().is_some_and(|s| {
+            s.port == self.port
+                && self
+                    .host
+                    .strip_prefix(s.name.as_str())
+                    .and_then(|h| h.strip_prefix('.'))
+                    .and_then(|h| h.strip_prefix(s.namespace.as_str()))
+                    == Some(".svc")
+        }) && svc.ca_bundle == self.ca_bundle
             && svc.insecure_skip_tls_verify == self.insecure
     }
 }
 
-/// One backend: the name its certificate must carry, and its pooled clients.
+/// One backend: the name its certificate must carry, and its connections.
 pub struct Backend {
-    host: String,
-    port: u16,
-    /// HTTP/2 when the backend offers it, else HTTP/1.1 keep-alive.
-    client: Client<Connector, Body>,
-    /// HTTP/1.1 only: upgrades (exec, attach, port-forward) never travel over h2, and neither
-    /// do watches: one h2 connection carries at most the backend's max_concurrent_streams
-    /// (250 on a Go server), and hyper's pool would queue watch number 251 forever.
-    h1_client: Client<Connector, Body>,
+    key: BackendKey,
+    /// Requests from clients: balanced over the service's endpoints, pooled.
+    pool: pool::Pool,
     /// A new connection for every request: the gateway's own checks must prove that the
     /// service resolves, accepts and verifies now, not that an old connection still works.
     probe_client: Client<Connector, Body>,
@@ -70,7 +74,8 @@ pub struct Proxy {
     /// Trusted for APIServices without a caBundle (`--service-ca-file`, else system roots).
     default_roots: Vec<CertificateDer<'static>>,
     delegate: Option<Arc<Backend>>,
-    backends: Mutex<HashMap<BackendKey, Arc<Backend>>>,
+    /// Backends by APIService name; APIServices naming the same service share one.
+    backends: RwLock<HashMap<String, Arc<Backend>>>,
     /// Front-proxy header names (lowercase) to strip besides the standard ones.
     extra_identity_headers: Vec<String>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -103,8 +108,12 @@ impl Proxy {
         let resolver = Arc::new(settings.resolver);
         let delegate = match settings.delegate {
             Some((host, port, cas)) => Some(Arc::new(Backend::new(
-                host,
-                port,
+                BackendKey {
+                    host,
+                    port,
+                    ca_bundle: Vec::new(),
+                    insecure: false,
+                },
                 Trust::Roots(&cas),
                 settings.proxy_cert.clone(),
                 resolver.clone(),
@@ -116,7 +125,7 @@ impl Proxy {
             proxy_cert: settings.proxy_cert,
             default_roots: settings.default_roots,
             delegate,
-            backends: Mutex::default(),
+            backends: RwLock::default(),
             extra_identity_headers: settings
                 .extra_identity_headers
                 .into_iter()
@@ -154,15 +163,22 @@ impl Proxy {
                 ))
             });
         };
-        let key = BackendKey {
-            host: service.host(),
-            port: service.port,
-            ca_bundle: svc.ca_bundle.clone(),
-            insecure: svc.insecure_skip_tls_verify,
+        let found = |backends: &HashMap<String, Arc<Backend>>| {
+            backends
+                .get(&svc.name)
+                .filter(|b| b.key.serves(svc))
+                .cloned()
         };
-        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = backends.get(&key) {
-            return Ok(b.clone());
+        if let Some(b) = found(&self.backends.read().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(b);
+        }
+        let mut backends = self.backends.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = found(&backends) {
+            return Ok(b);
+        }
+        if let Some(shared) = backends.values().find(|b| b.key.serves(svc)).cloned() {
+            backends.insert(svc.name.clone(), shared.clone());
+            return Ok(shared);
         }
         let cas;
         let trust = if svc.insecure_skip_tls_verify {
@@ -177,28 +193,35 @@ impl Proxy {
             .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
             Trust::Roots(&cas)
         };
+        let key = BackendKey {
+            host: service.host(),
+            port: service.port,
+            ca_bundle: svc.ca_bundle.clone(),
+            insecure: svc.insecure_skip_tls_verify,
+        };
         let backend = Arc::new(Backend::new(
-            key.host.clone(),
-            key.port,
+            key,
             trust,
             self.proxy_cert.clone(),
             self.resolver.clone(),
         )?);
-        backends.insert(key, backend.clone());
+        backends.insert(svc.name.clone(), backend.clone());
         Ok(backend)
     }
 
     /// Drops the pooled connections of an APIService's backend (after a failed check: they
     /// lead to a server that no longer accepts, or no longer verifies).
     pub fn evict(&self, svc: &ApiService) {
-        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        backends.retain(|k, _| !k.serves(svc));
+        let backends = self.backends.read().unwrap_or_else(|e| e.into_inner());
+        for backend in backends.values().filter(|b| b.key.serves(svc)) {
+            backend.pool.clear();
+        }
     }
 
-    /// Drops pools of backends no APIService uses any more.
+    /// Drops the backends no APIService uses any more.
     pub fn retain(&self, live: &[&ApiService]) {
-        let mut backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        backends.retain(|k, _| live.iter().any(|s| k.serves(s)));
+        let mut backends = self.backends.write().unwrap_or_else(|e| e.into_inner());
+        backends.retain(|name, b| live.iter().any(|s| s.name == *name && b.key.serves(s)));
     }
 
     /// Forwards `req` from `client` as `identity` to `backend` (serving APIService `name`) and
@@ -243,38 +266,40 @@ impl Proxy {
 
 impl Backend {
     fn new(
-        host: String,
-        port: u16,
+        key: BackendKey,
         trust: Trust<'_>,
         proxy_cert: Option<ProxyClientCert>,
         resolver: Arc<Resolver>,
     ) -> Result<Self, Status> {
-        let what = format!("backend {host}:{port}");
-        let make = |alpn: &[&[u8]], max_idle: usize| {
+        let what = format!("backend {}:{}", key.host, key.port);
+        let tls = |alpn: &[&[u8]]| {
             let trust = match &trust {
                 Trust::Roots(cas) => Trust::Roots(cas),
                 Trust::Insecure => Trust::Insecure,
             };
-            let tls = backend_client_config(trust, proxy_cert.clone(), alpn, &what)
-                .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
-            let connector = Connector {
-                tls: Arc::new(tls),
-                resolver: resolver.clone(),
-                connect_timeout: CONNECT_TIMEOUT,
-            };
-            Ok::<_, Status>(
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(Duration::from_secs(90))
-                    .pool_max_idle_per_host(max_idle)
-                    .build(connector),
-            )
+            backend_client_config(trust, proxy_cert.clone(), alpn, &what)
+                .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))
+        };
+        let pool = pool::Pool::new(
+            key.host.clone(),
+            key.port,
+            tls(&[b"http/1.1"])?,
+            tls(&[b"h2", b"http/1.1"])?,
+            resolver.clone(),
+            CONNECT_TIMEOUT,
+        )
+        .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
+        let probe = Connector {
+            tls: Arc::new(tls(&[b"h2", b"http/1.1"])?),
+            resolver,
+            connect_timeout: CONNECT_TIMEOUT,
         };
         Ok(Self {
-            client: make(&[b"h2", b"http/1.1"], 64)?,
-            h1_client: make(&[b"http/1.1"], 64)?,
-            probe_client: make(&[b"h2", b"http/1.1"], 0)?,
-            host,
-            port,
+            key,
+            pool,
+            probe_client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build(probe),
         })
     }
 
@@ -283,7 +308,7 @@ impl Backend {
         let pq = original.path_and_query().map_or("/", |pq| pq.as_str());
         Uri::builder()
             .scheme("https")
-            .authority(format!("{}:{}", self.host, self.port))
+            .authority(format!("{}:{}", self.key.host, self.key.port))
             .path_and_query(pq)
             .build()
             .map_err(|e| Status::bad_request(format!("cannot forward {pq}: {e}")))
@@ -346,12 +371,14 @@ impl Backend {
             failed: body_failed.clone(),
         };
         let out = Request::from_parts(parts, body::stream(tracked));
-        let pool = if upgrade || watch {
-            &self.h1_client
+        let kind = if upgrade {
+            pool::Kind::Upgrade
+        } else if watch {
+            pool::Kind::Watch
         } else {
-            &self.client
+            pool::Kind::Short
         };
-        let mut res = match pool.request(out).await {
+        let mut res = match self.pool.send(out, kind).await {
             Ok(res) => res,
             Err(_) if body_failed.get().is_some() => {
                 let why = body_failed.get().map_or("", String::as_str);
@@ -362,8 +389,11 @@ impl Backend {
                     .into_response();
             }
             Err(e) => {
-                let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), chain);
-                tracing::warn!(backend = %self.host, error = %reason, "backend unreachable");
+                let reason = match e {
+                    pool::SendError::Connect(e) => e.to_string(),
+                    pool::SendError::Exchange(e) => chain(&e),
+                };
+                tracing::warn!(backend = %self.key.host, error = %reason, "backend unreachable");
                 let mut res =
                     Status::service_unavailable(format!("error trying to reach service: {reason}"))
                         .into_response();
@@ -423,7 +453,7 @@ pub fn gateway_identity() -> Identity {
 impl Backend {
     /// `https://<host>:<port>`, for messages.
     pub fn url(&self, path: &str) -> String {
-        format!("https://{}:{}{path}", self.host, self.port)
+        format!("https://{}:{}{path}", self.key.host, self.key.port)
     }
 
     /// GETs `path` as the gateway itself and reads at most `limit` bytes of a 2xx answer.

@@ -314,7 +314,7 @@ impl World {
         cfg.apiservice_dir = Some(p("apiservices"));
         cfg.resolve = resolve
             .iter()
-            .map(|(e, addr)| ((e.host.clone(), 443), *addr))
+            .map(|(e, addr)| ((e.host.clone(), 443), vec![*addr]))
             .collect();
         cfg
     }
@@ -444,9 +444,10 @@ impl Echo {
                     .first()
                     .and_then(apigw::authn::subject)
                     .map(|(cn, _)| cn);
+                let remote = conn.remote;
                 move |req: Request<hyper::body::Incoming>| {
                     let (log, peer_cn) = (log.clone(), peer_cn.clone());
-                    async move { echo(req, peer_cn, log).await }
+                    async move { echo(req, peer_cn, remote, log).await }
                 }
             },
             apigw::server::Limits::default(),
@@ -490,9 +491,29 @@ impl Echo {
     }
 }
 
+/// A response body that sends one chunk and then holds the response open until the client
+/// goes away, as a watch does.
+struct Hold(Option<Bytes>);
+
+impl http_body::Body for Hold {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match self.0.take() {
+            Some(chunk) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk)))),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
 async fn echo(
     req: Request<hyper::body::Incoming>,
     peer_cn: Option<String>,
+    remote: SocketAddr,
     log: Arc<Mutex<Vec<serde_json::Value>>>,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -520,6 +541,7 @@ async fn echo(
         "version": format!("{:?}", parts.version),
         "headers": headers,
         "peer_cn": peer_cn,
+        "remote": remote.to_string(),
         "body": String::from_utf8_lossy(&body),
         "body_len": body.len(),
     });
@@ -533,6 +555,10 @@ async fn echo(
                            "verbs": ["get", "list", "create"], "shortNames": ["th"]}]
         });
         Response::new(full(list.to_string()))
+    } else if parts.uri.query().is_some_and(|q| q.contains("watch=1")) {
+        Response::new(apigw::body::stream(Hold(Some(Bytes::from(format!(
+            "{entry}\n"
+        ))))))
     } else if path.ends_with("/slow") {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         Response::new(full(entry.to_string()))
@@ -634,6 +660,28 @@ impl Client {
         self.tls = Arc::new(tls);
         self.h2 = true;
         self
+    }
+
+    /// One h2 connection to `addr` for requests whose bodies the test reads itself (watches).
+    pub async fn h2_connection(
+        &self,
+        addr: SocketAddr,
+    ) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut tls = (*self.tls).clone();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(tls))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let (send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tls),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        send
     }
 
     pub async fn get(&self, addr: SocketAddr, path: &str) -> Answer {

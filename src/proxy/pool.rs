@@ -1,0 +1,557 @@
+//! The connections to one backend service. Owns its endpoints (the addresses the service name
+//! resolves to, refreshed every few seconds), the choice among them (power of two choices on
+//! in-flight requests), passive ejection of an endpoint whose connect or handshake failed, the
+//! retry of a request on another endpoint while nothing of it was sent, and each endpoint's
+//! connections: idle HTTP/1.1 keep-alive connections for ordinary requests and upgrades, and
+//! multiplexed HTTP/2 connections for watches, opening another one when a connection carries
+//! [`STREAMS_PER_CONN`] streams.
+
+use super::connector::{dial, ConnectError, Resolver};
+use crate::body::Body;
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+/// How long a resolved endpoint list is used before the name is resolved again.
+const RESOLVE_TTL: Duration = Duration::from_secs(5);
+/// An idle HTTP/1.1 connection older than this is closed rather than reused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle HTTP/1.1 connections kept per endpoint.
+const MAX_IDLE: usize = 64;
+/// Streams one HTTP/2 connection carries before the next watch opens another connection.
+/// RFC 9113 recommends servers allow at least 100; Go servers allow 250.
+pub const STREAMS_PER_CONN: usize = 100;
+/// An endpoint whose connect failed is skipped for this long, doubling per further failure.
+const EJECT_BASE: Duration = Duration::from_secs(1);
+const EJECT_MAX: Duration = Duration::from_secs(30);
+/// Endpoints tried for one request, at most.
+const MAX_ATTEMPTS: usize = 3;
+
+/// What a request needs from a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An ordinary request: a keep-alive HTTP/1.1 connection of its own while it runs.
+    Short,
+    /// A watch: a stream on a shared HTTP/2 connection (HTTP/1.1 if the backend has no h2).
+    Watch,
+    /// An upgrade (exec, attach, port-forward): HTTP/1.1, and the connection is the client's
+    /// after a `101`.
+    Upgrade,
+}
+
+/// Why a request could not be forwarded.
+#[derive(Debug)]
+pub enum SendError {
+    /// No connection could be made; nothing was sent.
+    Connect(ConnectError),
+    /// The request was (maybe partly) sent, and then the exchange failed.
+    Exchange(hyper::Error),
+}
+
+/// The connections to one backend.
+pub struct Pool {
+    server_name: ServerName<'static>,
+    host: String,
+    port: u16,
+    /// ALPN `http/1.1` only.
+    h1_tls: Arc<rustls::ClientConfig>,
+    /// ALPN `h2`, then `http/1.1`.
+    h2_tls: Arc<rustls::ClientConfig>,
+    resolver: Arc<Resolver>,
+    connect_timeout: Duration,
+    endpoints: ArcSwap<Endpoints>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Endpoints {
+    resolved: Option<Instant>,
+    list: Vec<Arc<Endpoint>>,
+}
+
+/// One address of the backend and its connections.
+pub struct Endpoint {
+    addr: SocketAddr,
+    in_flight: AtomicUsize,
+    failures: AtomicU32,
+    ejected_until: Mutex<Option<Instant>>,
+    idle: Mutex<Vec<(http1::SendRequest<Body>, Instant)>>,
+    h2: Mutex<Vec<H2Conn>>,
+    h2_connecting: tokio::sync::Mutex<()>,
+    /// The endpoint answered an `h2` offer with HTTP/1.1.
+    no_h2: AtomicBool,
+}
+
+#[derive(Clone)]
+struct H2Conn {
+    send: http2::SendRequest<Body>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// Why one attempt failed.
+enum Attempt {
+    /// Nothing was sent: the request comes back for another try. `eject` when the endpoint
+    /// itself failed (connect, handshake), not merely a pooled connection that went stale.
+    NotSent {
+        req: Box<Request<Body>>,
+        error: SendError,
+        eject: bool,
+    },
+    Sent(hyper::Error),
+}
+
+impl Pool {
+    pub fn new(
+        host: String,
+        port: u16,
+        h1_tls: rustls::ClientConfig,
+        h2_tls: rustls::ClientConfig,
+        resolver: Arc<Resolver>,
+        connect_timeout: Duration,
+    ) -> Result<Self, String> {
+        let server_name = ServerName::try_from(host.clone()).map_err(|e| format!("{host}: {e}"))?;
+        Ok(Self {
+            server_name,
+            host,
+            port,
+            h1_tls: Arc::new(h1_tls),
+            h2_tls: Arc::new(h2_tls),
+            resolver,
+            connect_timeout,
+            endpoints: ArcSwap::default(),
+            refreshing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Sends `req` to one endpoint, trying others while nothing was sent. The response body
+    /// keeps its connection (and the endpoint's in-flight count) until it ends or is dropped.
+    pub async fn send(
+        &self,
+        mut req: Request<Body>,
+        kind: Kind,
+    ) -> Result<Response<PooledBody>, SendError> {
+        let endpoints = self.endpoints().await?;
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last = None;
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(i) = pick(&endpoints.list, &tried) else {
+                break;
+            };
+            let endpoint = &endpoints.list[i];
+            let lease = Lease::new(endpoint.clone());
+            match self.attempt(endpoint, req, kind).await {
+                Ok((res, conn)) => {
+                    let lease = lease.with(conn, kind);
+                    return Ok(res.map(|inner| PooledBody {
+                        inner,
+                        lease: Some(lease),
+                    }));
+                }
+                Err(Attempt::NotSent {
+                    req: back,
+                    error,
+                    eject,
+                }) => {
+                    if eject {
+                        endpoint.eject();
+                        tried.push(i);
+                    }
+                    req = *back;
+                    last = Some(error);
+                }
+                Err(Attempt::Sent(e)) => return Err(SendError::Exchange(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            SendError::Connect(ConnectError::Resolve(format!(
+                "lookup {}: no addresses",
+                self.host
+            )))
+        }))
+    }
+
+    /// Closes idle connections and forgets the endpoints (after a failed availability check:
+    /// they lead to a server that no longer accepts, or no longer verifies).
+    pub fn clear(&self) {
+        self.endpoints.store(Arc::default());
+    }
+
+    /// The endpoint list, resolved again when older than [`RESOLVE_TTL`]; one caller resolves
+    /// while the others go on with the old list.
+    async fn endpoints(&self) -> Result<Arc<Endpoints>, SendError> {
+        let current = self.endpoints.load_full();
+        let fresh = current
+            .resolved
+            .is_some_and(|at| at.elapsed() < RESOLVE_TTL);
+        if fresh {
+            return Ok(current);
+        }
+        let _guard = if current.list.is_empty() {
+            self.refreshing.lock().await
+        } else {
+            match self.refreshing.try_lock() {
+                Ok(guard) => guard,
+                Err(_) => return Ok(current),
+            }
+        };
+        let current = self.endpoints.load_full();
+        if current
+            .resolved
+            .is_some_and(|at| at.elapsed() < RESOLVE_TTL)
+        {
+            return Ok(current);
+        }
+        let addrs = self
+            .resolver
+            .resolve(&self.host, self.port)
+            .await
+            .map_err(SendError::Connect)?;
+        let list = addrs
+            .into_iter()
+            .map(|addr| {
+                current
+                    .list
+                    .iter()
+                    .find(|e| e.addr == addr)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(Endpoint::new(addr)))
+            })
+            .collect();
+        let next = Arc::new(Endpoints {
+            resolved: Some(Instant::now()),
+            list,
+        });
+        self.endpoints.store(next.clone());
+        Ok(next)
+    }
+
+    async fn attempt(
+        &self,
+        endpoint: &Endpoint,
+        req: Request<Body>,
+        kind: Kind,
+    ) -> Result<(Response<Incoming>, Conn), Attempt> {
+        if kind == Kind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
+            return self.attempt_h2(endpoint, req).await;
+        }
+        let (mut send, fresh) = loop {
+            match endpoint.checkout() {
+                // Ready once its connection has finished the previous exchange.
+                Some(mut send) => {
+                    if send.ready().await.is_ok() {
+                        break (send, false);
+                    }
+                }
+                None => match self.connect(endpoint, &self.h1_tls).await {
+                    Ok(Connected::H1(send)) => break (send, true),
+                    Ok(Connected::H2(_)) => {
+                        let e =
+                            ConnectError::Tls("the backend chose h2, which was not offered".into());
+                        return Err(not_sent(req, e));
+                    }
+                    Err(e) => return Err(not_sent(req, e)),
+                },
+            }
+        };
+        match send.try_send_request(req).await {
+            Ok(res) => Ok((res, Conn::H1(send))),
+            Err(mut e) => match e.take_message() {
+                // A pooled connection the backend closed meanwhile: try a new one.
+                Some(req) => Err(Attempt::NotSent {
+                    req: Box::new(req),
+                    error: SendError::Exchange(e.into_error()),
+                    eject: fresh,
+                }),
+                None => Err(Attempt::Sent(e.into_error())),
+            },
+        }
+    }
+
+    async fn attempt_h2(
+        &self,
+        endpoint: &Endpoint,
+        req: Request<Body>,
+    ) -> Result<(Response<Incoming>, Conn), Attempt> {
+        let conn = match endpoint.h2_with_room() {
+            Some(conn) => conn,
+            None => {
+                let _connecting = endpoint.h2_connecting.lock().await;
+                match endpoint.h2_with_room() {
+                    Some(conn) => conn,
+                    None => match self.connect(endpoint, &self.h2_tls).await {
+                        Ok(Connected::H2(send)) => {
+                            // The new connection's first stream is this request's.
+                            let conn = H2Conn {
+                                send,
+                                streams: Arc::new(AtomicUsize::new(1)),
+                            };
+                            lock(&endpoint.h2).push(conn.clone());
+                            conn
+                        }
+                        Ok(Connected::H1(mut send)) => {
+                            endpoint.no_h2.store(true, Ordering::Relaxed);
+                            return match send.try_send_request(req).await {
+                                Ok(res) => Ok((res, Conn::H1(send))),
+                                Err(e) => Err(Attempt::Sent(e.into_error())),
+                            };
+                        }
+                        Err(e) => return Err(not_sent(req, e)),
+                    },
+                }
+            }
+        };
+        let mut send = conn.send.clone();
+        match send.try_send_request(req).await {
+            Ok(res) => Ok((res, Conn::H2(conn.streams))),
+            Err(mut e) => {
+                conn.streams.fetch_sub(1, Ordering::Relaxed);
+                match e.take_message() {
+                    Some(req) => Err(Attempt::NotSent {
+                        req: Box::new(req),
+                        error: SendError::Exchange(e.into_error()),
+                        eject: false,
+                    }),
+                    None => Err(Attempt::Sent(e.into_error())),
+                }
+            }
+        }
+    }
+
+    /// A new connection to `endpoint`, HTTP/2 when `tls` offers it and the backend takes it.
+    async fn connect(
+        &self,
+        endpoint: &Endpoint,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Result<Connected, ConnectError> {
+        let stream = dial(endpoint.addr, &self.server_name, tls, self.connect_timeout).await?;
+        endpoint.failures.store(0, Ordering::Relaxed);
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(stream);
+        let addr = endpoint.addr;
+        if h2 {
+            let (send, conn) = http2::Builder::new(TokioExecutor::new())
+                .timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_timeout(Duration::from_secs(20))
+                .handshake(io)
+                .await
+                .map_err(|e| ConnectError::Tls(format!("HTTP/2 handshake with {addr}: {e}")))?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%addr, error = %e, "backend HTTP/2 connection ended");
+                }
+            });
+            Ok(Connected::H2(send))
+        } else {
+            let (send, conn) = http1::handshake(io)
+                .await
+                .map_err(|e| ConnectError::Tls(format!("HTTP/1.1 handshake with {addr}: {e}")))?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.with_upgrades().await {
+                    tracing::debug!(%addr, error = %e, "backend connection ended");
+                }
+            });
+            Ok(Connected::H1(send))
+        }
+    }
+}
+
+enum Connected {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+fn not_sent(req: Request<Body>, e: ConnectError) -> Attempt {
+    Attempt::NotSent {
+        req: Box::new(req),
+        error: SendError::Connect(e),
+        eject: true,
+    }
+}
+
+/// Power of two choices: of two random endpoints not ejected (and not tried yet), the one with
+/// fewer requests in flight. When every untried endpoint is ejected, any untried one.
+fn pick(list: &[Arc<Endpoint>], tried: &[usize]) -> Option<usize> {
+    let untried = |i: &usize| !tried.contains(i);
+    let now = Instant::now();
+    let mut healthy: Vec<usize> = (0..list.len())
+        .filter(untried)
+        .filter(|&i| !list[i].ejected(now))
+        .collect();
+    if healthy.is_empty() {
+        healthy = (0..list.len()).filter(untried).collect();
+    }
+    match healthy.len() {
+        0 => None,
+        1 => Some(healthy[0]),
+        n => {
+            let a = fastrand::usize(..n);
+            let b = (a + 1 + fastrand::usize(..n - 1)) % n;
+            let load = |i: usize| list[healthy[i]].in_flight.load(Ordering::Relaxed);
+            Some(healthy[if load(b) < load(a) { b } else { a }])
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Endpoint {
+    fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            in_flight: AtomicUsize::new(0),
+            failures: AtomicU32::new(0),
+            ejected_until: Mutex::new(None),
+            idle: Mutex::default(),
+            h2: Mutex::default(),
+            h2_connecting: tokio::sync::Mutex::new(()),
+            no_h2: AtomicBool::new(false),
+        }
+    }
+
+    fn ejected(&self, now: Instant) -> bool {
+        lock(&self.ejected_until).is_some_and(|until| now < until)
+    }
+
+    /// Skips this endpoint for a while: 1 s after the first failure, doubling up to 30 s.
+    fn eject(&self) {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed).min(5);
+        let wait = (EJECT_BASE * 2u32.pow(failures)).min(EJECT_MAX);
+        *lock(&self.ejected_until) = Some(Instant::now() + wait);
+        tracing::debug!(addr = %self.addr, ?wait, "backend endpoint ejected");
+    }
+
+    /// The most recently used idle connection that is still open.
+    fn checkout(&self) -> Option<http1::SendRequest<Body>> {
+        let mut idle = lock(&self.idle);
+        while let Some((send, since)) = idle.pop() {
+            if since.elapsed() < IDLE_TIMEOUT && !send.is_closed() {
+                return Some(send);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, send: http1::SendRequest<Body>) {
+        let mut idle = lock(&self.idle);
+        if idle.len() < MAX_IDLE && !send.is_closed() {
+            idle.push((send, Instant::now()));
+        }
+    }
+
+    /// An open HTTP/2 connection with a free stream, the stream taken.
+    fn h2_with_room(&self) -> Option<H2Conn> {
+        let mut conns = lock(&self.h2);
+        conns.retain(|c| !c.send.is_closed());
+        conns.iter().find_map(|c| {
+            c.streams
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                    (n < STREAMS_PER_CONN).then_some(n + 1)
+                })
+                .ok()
+                .map(|_| c.clone())
+        })
+    }
+}
+
+/// What a response holds on to.
+enum Conn {
+    None,
+    /// Back to the idle list when the response ends.
+    H1(http1::SendRequest<Body>),
+    /// A stream on a shared connection, given back when the response ends.
+    H2(Arc<AtomicUsize>),
+}
+
+/// A request in flight on an endpoint.
+struct Lease {
+    endpoint: Arc<Endpoint>,
+    conn: Conn,
+}
+
+impl Lease {
+    fn new(endpoint: Arc<Endpoint>) -> Self {
+        endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self {
+            endpoint,
+            conn: Conn::None,
+        }
+    }
+
+    fn with(mut self, conn: Conn, kind: Kind) -> Self {
+        // After an upgrade the connection belongs to the client; never pool it.
+        self.conn = match conn {
+            Conn::H1(_) if kind == Kind::Upgrade => Conn::None,
+            conn => conn,
+        };
+        self
+    }
+
+    /// The response ended cleanly: its connection may serve the next request.
+    fn finish(mut self) {
+        if let Conn::H1(send) = std::mem::replace(&mut self.conn, Conn::None) {
+            self.endpoint.checkin(send);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Conn::H2(streams) = &self.conn {
+            streams.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A backend's response body, holding its connection until it ends.
+pub struct PooledBody {
+    inner: Incoming,
+    lease: Option<Lease>,
+}
+
+impl PooledBody {
+    fn release(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.finish();
+        }
+    }
+}
+
+impl http_body::Body for PooledBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let frame = ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
+        match &frame {
+            None => self.release(),
+            Some(Ok(_)) if self.inner.is_end_stream() => self.release(),
+            // A broken exchange: its connection is dropped, never pooled.
+            Some(Err(_)) => self.lease = None,
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,166 @@
+//! The gateway's connections to backends: requests and watches balanced over a service's
+//! endpoints, a dead endpoint skipped without failing requests, ordinary requests over pooled
+//! HTTP/1.1 and watches multiplexed over HTTP/2.
+
+mod support;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
+use std::collections::HashMap;
+use support::{Echo, World};
+
+const HOST: &str = "a-svc.a-ns.svc";
+
+/// Two live endpoints and, between them, an address nothing listens on.
+async fn two_endpoints_and_a_dead_one() -> (World, Echo, Echo, support::Gateway) {
+    let w = World::new();
+    let one = w.backend("one", "a-svc", "a-ns", &w.addon_ca, None).await;
+    let two = w.backend("two", "a-svc", "a-ns", &w.addon_ca, None).await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[]);
+    cfg.resolve
+        .insert((HOST.into(), 443), vec![one.addr, dead_addr, two.addr]);
+    let gw = w.gateway(cfg).await;
+    (w, one, two, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_spread_over_endpoints_and_a_dead_one_fails_none() {
+    let (w, one, two, gw) = two_endpoints_and_a_dead_one().await;
+    let alice = w.client(Some("alice"));
+    for i in 0..60 {
+        let a = alice
+            .get(gw.addr, &format!("/apis/a.example.com/v1/things/{i}"))
+            .await;
+        assert_eq!(a.status, 200, "request {i}: {:?}", a.body);
+        assert_eq!(a.seen("x-remote-user"), ["alice"]);
+        // Ordinary requests use pooled HTTP/1.1 connections.
+        assert_eq!(a.json()["version"], "HTTP/1.1");
+    }
+    let (n1, n2) = (one.requests().len(), two.requests().len());
+    assert_eq!(n1 + n2, 60);
+    assert!(
+        n1 >= 10 && n2 >= 10,
+        "one endpoint took nearly all: {n1} vs {n2}"
+    );
+    // Keep-alive: far fewer connections than requests reached each endpoint.
+    let conns = |e: &Echo| {
+        let mut remotes: Vec<String> = e
+            .requests()
+            .iter()
+            .map(|r| r["remote"].as_str().unwrap().to_string())
+            .collect();
+        remotes.sort();
+        remotes.dedup();
+        remotes.len()
+    };
+    assert!(
+        conns(&one) < n1 / 2,
+        "{} connections for {n1} requests",
+        conns(&one)
+    );
+    assert!(
+        conns(&two) < n2 / 2,
+        "{} connections for {n2} requests",
+        conns(&two)
+    );
+}
+
+/// Opens a watch and waits for its first chunk; the response stays open.
+async fn watch(
+    send: &mut SendRequest<Full<Bytes>>,
+    gw: &support::Gateway,
+    i: usize,
+) -> hyper::body::Incoming {
+    let req = http::Request::get(format!(
+        "https://localhost:{}/apis/a.example.com/v1/namespaces/n/things?watch=1&i={i}",
+        gw.addr.port()
+    ))
+    .body(Full::new(Bytes::new()))
+    .unwrap();
+    let res = send.send_request(req).await.expect("watch head");
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let first = body.frame().await.expect("a first chunk").expect("chunk");
+    assert!(first.data_ref().is_some_and(|d| !d.is_empty()));
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_balance_by_in_flight_requests_over_h2() {
+    let (w, one, two, gw) = two_endpoints_and_a_dead_one().await;
+    let mut send = w.client(Some("alice")).h2_connection(gw.addr).await;
+    let mut open = Vec::new();
+    for i in 0..20 {
+        open.push(watch(&mut send, &gw, i).await);
+    }
+    let watches = |e: &Echo| {
+        e.requests()
+            .into_iter()
+            .filter(|r| r["query"].as_str().unwrap().contains("watch=1"))
+            .collect::<Vec<_>>()
+    };
+    let (w1, w2) = (watches(&one), watches(&two));
+    // Power of two choices over two endpoints always compares both: each new watch goes to
+    // the one holding fewer, so twenty open watches split ten and ten.
+    assert_eq!((w1.len(), w2.len()), (10, 10));
+    // Watches are streams of one shared HTTP/2 connection per endpoint.
+    for seen in [&w1, &w2] {
+        let mut by_conn: HashMap<&str, usize> = HashMap::new();
+        for r in seen.iter() {
+            assert_eq!(r["version"], "HTTP/2.0");
+            *by_conn.entry(r["remote"].as_str().unwrap()).or_default() += 1;
+        }
+        assert_eq!(by_conn.len(), 1, "{by_conn:?}");
+    }
+    drop(open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_open_another_h2_connection_past_the_stream_cap() {
+    let s = World::single(|_| {}).await;
+    let mut send = s.w.client(Some("alice")).h2_connection(s.gw.addr).await;
+    let n = 2 * apigw::proxy::STREAMS_PER_CONN + 50;
+    let mut open = Vec::new();
+    for i in 0..n {
+        open.push(watch(&mut send, &s.gw, i).await);
+    }
+    let mut by_conn: HashMap<String, usize> = HashMap::new();
+    for r in s.echo.requests() {
+        if r["query"].as_str().unwrap().contains("watch=1") {
+            *by_conn
+                .entry(r["remote"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    let mut counts: Vec<usize> = by_conn.into_values().collect();
+    counts.sort_unstable();
+    let cap = apigw::proxy::STREAMS_PER_CONN;
+    assert_eq!(counts, [50, cap, cap]);
+    // A stream given back makes room on its connection: no new connection for the next watch.
+    open.truncate(n - 10);
+    // (The gateway sees the resets asynchronously; give it ample time.)
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    open.push(watch(&mut send, &s.gw, n).await);
+    let remotes: std::collections::HashSet<String> = s
+        .echo
+        .requests()
+        .iter()
+        .filter(|r| r["query"].as_str().unwrap().contains("watch=1"))
+        .map(|r| r["remote"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(remotes.len(), 3);
+}
