@@ -84,7 +84,10 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        if std::env::var_os("APIGW_BENCH_KEEP").is_none() {
+        // APIGW_BENCH_KEEP=1 keeps the folder (the servers' logs) for a post-mortem.
+        if std::env::var_os("APIGW_BENCH_KEEP").is_some() {
+            eprintln!("apigw bench: kept {}", self.0.display());
+        } else {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
