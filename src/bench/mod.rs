@@ -183,6 +183,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let wanted = selected(&args.scenarios)?;
     let settings = Settings::from_args(&args);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("starting the runtime: {e}"))?;
