@@ -83,6 +83,17 @@ pub struct Flags {
     /// In cluster mode, route to ready EndpointSlice endpoints instead of the Service's ClusterIP.
     #[arg(long)]
     pub enable_aggregator_routing: bool,
+    /// In cluster mode, how long other replicas wait after the Lease was last renewed before
+    /// taking it [default: 15s].
+    #[arg(long)]
+    pub leader_elect_lease_duration: Option<String>,
+    /// In cluster mode, how long the leader keeps leading without a successful renewal
+    /// [default: 10s].
+    #[arg(long)]
+    pub leader_elect_renew_deadline: Option<String>,
+    /// In cluster mode, how often each replica tries to acquire or renew the Lease [default: 2s].
+    #[arg(long)]
+    pub leader_elect_retry_period: Option<String>,
     /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny [default: AlwaysAllow].
     #[arg(long, value_delimiter = ',')]
     pub authorization_mode: Vec<String>,
@@ -172,6 +183,9 @@ struct File {
     cluster_mode: bool,
     #[serde(default)]
     enable_aggregator_routing: bool,
+    leader_elect_lease_duration: Option<String>,
+    leader_elect_renew_deadline: Option<String>,
+    leader_elect_retry_period: Option<String>,
     #[serde(default)]
     authorization_mode: Vec<String>,
     authorization_policy_file: Option<PathBuf>,
@@ -221,6 +235,61 @@ pub struct Cluster {
     /// None: the in-cluster service account.
     pub kubeconfig: Option<PathBuf>,
     pub aggregator_routing: bool,
+    pub leader_election: LeaderElection,
+}
+
+/// Timing of the Lease election among replicas, with kube's `--leader-elect-*` names and
+/// client-go's defaults and rules: lease duration > renew deadline > 1.2 x retry period > 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Others take the Lease when it was not renewed for this long.
+    pub lease_duration: Duration,
+    /// The leader stops leading when it could not renew for this long.
+    pub renew_deadline: Duration,
+    /// How often every replica tries to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LeaderElection {
+    /// client-go's checks (`NewLeaderElector`), plus a whole second at least, since the Lease
+    /// holds its duration in seconds.
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if self.lease_duration < Duration::from_secs(1) {
+            out.push(("leader-elect-lease-duration", "must be 1s or more".into()));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            out.push((
+                "leader-elect-lease-duration",
+                format!(
+                    "must be greater than --leader-elect-renew-deadline ({:?})",
+                    self.renew_deadline
+                ),
+            ));
+        }
+        if self.retry_period.is_zero() {
+            out.push(("leader-elect-retry-period", "must be more than 0".into()));
+        } else if self.renew_deadline.as_secs_f64() <= self.retry_period.as_secs_f64() * 1.2 {
+            out.push((
+                "leader-elect-renew-deadline",
+                format!(
+                    "must be greater than 1.2 x --leader-elect-retry-period ({:?})",
+                    self.retry_period
+                ),
+            ));
+        }
+        out
+    }
 }
 
 /// The main API server requests go to when no APIService claims them.
@@ -628,10 +697,11 @@ fn merge(
             format!("{}: no such file", k.display()),
         );
     }
-    let cluster =
+    let mut cluster =
         (kubeconfig.is_some() || flags.cluster_mode || file.cluster_mode).then_some(Cluster {
             kubeconfig,
             aggregator_routing: flags.enable_aggregator_routing || file.enable_aggregator_routing,
+            leader_election: LeaderElection::default(),
         });
     if cluster.is_some() && apiservice_dir.is_some() {
         later(
@@ -719,6 +789,50 @@ fn merge(
         file.shutdown_grace_period,
         Duration::from_secs(30),
     );
+    let defaults = LeaderElection::default();
+    let in_file = [
+        (
+            "leader-elect-lease-duration",
+            flags.leader_elect_lease_duration.is_none()
+                && file.leader_elect_lease_duration.is_some(),
+        ),
+        (
+            "leader-elect-renew-deadline",
+            flags.leader_elect_renew_deadline.is_none()
+                && file.leader_elect_renew_deadline.is_some(),
+        ),
+        (
+            "leader-elect-retry-period",
+            flags.leader_elect_retry_period.is_none() && file.leader_elect_retry_period.is_some(),
+        ),
+    ];
+    let leader_election = LeaderElection {
+        lease_duration: duration(
+            "leader-elect-lease-duration",
+            &flags.leader_elect_lease_duration,
+            file.leader_elect_lease_duration,
+            defaults.lease_duration,
+        ),
+        renew_deadline: duration(
+            "leader-elect-renew-deadline",
+            &flags.leader_elect_renew_deadline,
+            file.leader_elect_renew_deadline,
+            defaults.renew_deadline,
+        ),
+        retry_period: duration(
+            "leader-elect-retry-period",
+            &flags.leader_elect_retry_period,
+            file.leader_elect_retry_period,
+            defaults.retry_period,
+        ),
+    };
+    for (flag, message) in leader_election.problems() {
+        let from_file = in_file.iter().any(|(f, yes)| *f == flag && *yes);
+        later(origin.name(flag, from_file), message);
+    }
+    if let Some(c) = cluster.as_mut() {
+        c.leader_election = leader_election;
+    }
     let log_json = match flags.log_format.clone().or(file.log_format).as_deref() {
         None | Some("text") => false,
         Some("json") => true,
@@ -956,6 +1070,46 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("3d").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn leader_election_timing_from_flags_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (touch(dir.path(), "s.crt"), touch(dir.path(), "s.key"));
+        let kubeconfig = touch(dir.path(), "kubeconfig");
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(
+            &cfg,
+            "leaderElectLeaseDuration: 4s\nleaderElectRenewDeadline: 3s\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            config: Some(cfg.clone()),
+            tls_cert_file: Some(crt),
+            tls_private_key_file: Some(key),
+            kubeconfig: Some(kubeconfig),
+            leader_elect_retry_period: Some("500ms".into()),
+            ..Default::default()
+        };
+        let loaded = Config::load(&flags).unwrap();
+        let le = loaded.cluster.unwrap().leader_election;
+        assert_eq!(le.lease_duration, Duration::from_secs(4));
+        assert_eq!(le.renew_deadline, Duration::from_secs(3));
+        assert_eq!(le.retry_period, Duration::from_millis(500));
+
+        let errs = Config::load(&Flags {
+            leader_elect_retry_period: Some("3s".into()),
+            ..flags
+        })
+        .unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        let file = cfg.display().to_string();
+        assert!(
+            text.iter().any(|t| t.starts_with(&format!(
+                "{file}: leaderElectRenewDeadline: must be greater than 1.2 x"
+            ))),
+            "{text:?}"
+        );
     }
 
     #[test]

@@ -28,18 +28,29 @@ pub struct LeaseSettings {
 impl LeaseSettings {
     /// client-go's defaults (15 s, 10 s, 2 s) with [`default_identity`].
     pub fn new(namespace: &str, name: &str) -> Self {
+        Self::with_timing(namespace, name, &crate::config::LeaderElection::default())
+    }
+
+    /// The timing of `--leader-elect-*` with [`default_identity`].
+    pub fn with_timing(
+        namespace: &str,
+        name: &str,
+        timing: &crate::config::LeaderElection,
+    ) -> Self {
         Self {
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: default_identity(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry: Duration::from_secs(2),
+            lease_duration: timing.lease_duration,
+            renew_deadline: timing.renew_deadline,
+            retry: timing.retry_period,
         }
     }
 }
 
-/// `$POD_NAME`, else the host name, followed by `_` and the process id.
+/// `$POD_NAME`, else the host name, followed by `_` and a random suffix, as
+/// kube-controller-manager makes its id: unique per elector, so two replicas never share one,
+/// even two gateways in one process (the tests) or a restart with the same pid.
 pub fn default_identity() -> String {
     let host = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
@@ -48,7 +59,21 @@ pub fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "apigw".to_string());
-    format!("{host}_{}", std::process::id())
+    format!("{host}_{}", random_suffix())
+}
+
+/// 16 hex digits from the system's random source; the process id and the clock when that
+/// source fails, which still tells two processes apart.
+fn random_suffix() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        return format!("{:08x}{nanos:08x}", std::process::id());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A running candidate. Dropping it stops the candidate without releasing the Lease.
@@ -144,7 +169,9 @@ async fn try_acquire_or_renew(
     s: &LeaseSettings,
     observed: &mut Observed,
 ) -> Result<bool, kube::Error> {
-    let duration_secs = i32::try_from(s.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+    // Whole seconds on the wire, rounded up so that others never wait less than configured.
+    let duration_secs =
+        i32::try_from(s.lease_duration.as_secs_f64().ceil().max(1.0) as u64).unwrap_or(i32::MAX);
     let Some(mut lease) = api.get_opt(&s.name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
@@ -216,4 +243,17 @@ async fn release(api: &Api<Lease>, s: &LeaseSettings) -> Result<(), kube::Error>
     spec.renew_time = Some(now());
     api.replace(&s.name, &PostParams::default(), &lease).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_differ_per_elector() {
+        let (a, b) = (default_identity(), default_identity());
+        assert_ne!(a, b);
+        let suffix = a.rsplit('_').next().unwrap_or("");
+        assert_eq!(suffix.len(), 16, "{a}");
+    }
 }

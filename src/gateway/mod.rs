@@ -552,7 +552,7 @@ async fn start_cluster(
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into());
     let elector = lease::LeaderElector::spawn(
         client.clone(),
-        lease::LeaseSettings::new(&namespace, "apigw"),
+        lease::LeaseSettings::with_timing(&namespace, "apigw", &c.leader_election),
     );
     status::StatusWriter::new(client, source).spawn(
         gateway.availability.clone(),

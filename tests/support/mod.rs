@@ -408,6 +408,18 @@ impl Gateway {
         let _ = self._stop.send(());
         self._task
     }
+
+    /// Stops the gateway as a crash would: its task is aborted, so nothing runs its shutdown
+    /// (in cluster mode, the Lease is left to expire). Tasks it spawned that end only with the
+    /// process may go on in the background, as a hung replica's would; the Lease campaign and
+    /// the status writer end with it.
+    pub async fn kill(self) {
+        let Gateway { _stop, _task, .. } = self;
+        _task.abort();
+        // Wait for the abort before dropping the stop signal, which would start a clean shutdown.
+        let _ = _task.await;
+        drop(_stop);
+    }
 }
 
 /// A backend that answers every request with a JSON description of it, and records it.

@@ -84,7 +84,12 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         }
     }
     if req.method() != Method::GET {
-        shared.log(format!("{} {path}", req.method()));
+        let token = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        shared.log(token, format!("{} {path}", req.method()));
     }
     let Some(target) = parse(&path) else {
         let e = ApiError::new(

@@ -2,7 +2,9 @@
 //! for the resources cluster mode uses: APIServices (with `/status`), Services, EndpointSlices,
 //! Leases (stored, listed, watched, with optimistic concurrency), and TokenReviews and
 //! SubjectAccessReviews (answered from what the test allows, counting calls). Any bearer token
-//! is accepted. Test hooks end every watch (`drop_watches`) or forget history (`compact`).
+//! is accepted; each write is recorded with who made it, named by the token of the kubeconfig
+//! [`KubeApi::kubeconfig_as`] wrote. Test hooks end every watch (`drop_watches`) or forget
+//! history (`compact`).
 
 mod handler;
 mod resources;
@@ -29,8 +31,18 @@ pub struct Shared {
     token_reviews: AtomicUsize,
     access_reviews: AtomicUsize,
     expired: AtomicUsize,
-    writes: Mutex<Vec<String>>,
+    writes: Mutex<Vec<Write>>,
+    /// Bearer token -> caller name, for the write log.
+    callers: Mutex<HashMap<String, String>>,
     bookmark_every: Duration,
+}
+
+/// One non-GET request: who made it (`unknown` for a token no kubeconfig of this server
+/// holds), and `METHOD /path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub by: String,
+    pub line: String,
 }
 
 impl Shared {
@@ -38,11 +50,20 @@ impl Shared {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn log(&self, line: String) {
+    fn log(&self, token: Option<&str>, line: String) {
+        let by = token
+            .and_then(|t| {
+                self.callers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(t)
+                    .cloned()
+            })
+            .unwrap_or_else(|| "unknown".into());
         self.writes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(line);
+            .push(Write { by, line });
     }
 
     /// Answers a TokenReview or SubjectAccessReview.
@@ -105,8 +126,9 @@ impl Shared {
 /// A running test API server.
 pub struct KubeApi {
     pub addr: SocketAddr,
-    /// A kubeconfig (token auth) for this server.
+    /// A kubeconfig (token auth) for this server; its writes are recorded as by `admin`.
     pub kubeconfig: PathBuf,
+    ca_file: PathBuf,
     shared: Arc<Shared>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -137,6 +159,7 @@ impl KubeApi {
             access_reviews: AtomicUsize::new(0),
             expired: AtomicUsize::new(0),
             writes: Mutex::default(),
+            callers: Mutex::default(),
             bookmark_every: Duration::from_millis(500),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -154,21 +177,36 @@ impl KubeApi {
                 let _ = stopped.await;
             },
         ));
-        let kubeconfig = pki.path(&format!("kube-api-{}.kubeconfig", addr.port()));
-        let kc = json!({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": format!("https://127.0.0.1:{}", addr.port()),
-                          "certificate-authority": pki.path("kube-ca.crt").display().to_string()}}],
-            "users": [{"name": "admin", "user": {"token": "test-admin-token"}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin", "namespace": "default"}}]
-        });
-        std::fs::write(&kubeconfig, kc.to_string()).unwrap();
-        Self {
+        let mut api = Self {
             addr,
-            kubeconfig,
+            kubeconfig: PathBuf::new(),
+            ca_file: pki.path("kube-ca.crt"),
             shared,
             _stop: stop,
-        }
+        };
+        api.kubeconfig = api.kubeconfig_as("admin");
+        api
+    }
+
+    /// Writes a kubeconfig for this server whose token names `caller` in [`KubeApi::writes_by`].
+    pub fn kubeconfig_as(&self, caller: &str) -> PathBuf {
+        let token = format!("test-{caller}-token");
+        self.shared
+            .callers
+            .lock()
+            .unwrap()
+            .insert(token.clone(), caller.into());
+        let dir = self.ca_file.parent().expect("the PKI directory");
+        let path = dir.join(format!("kube-api-{}-{caller}.kubeconfig", self.addr.port()));
+        let kc = json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": format!("https://127.0.0.1:{}", self.addr.port()),
+                          "certificate-authority": self.ca_file.display().to_string()}}],
+            "users": [{"name": caller, "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": caller, "namespace": "default"}}]
+        });
+        std::fs::write(&path, kc.to_string()).unwrap();
+        path
     }
 
     /// TokenReviews of `token` authenticate `user` with `groups`.
@@ -207,6 +245,11 @@ impl KubeApi {
 
     /// Every non-GET request so far, as `METHOD /path`.
     pub fn writes(&self) -> Vec<String> {
+        self.writes_by().into_iter().map(|w| w.line).collect()
+    }
+
+    /// Every non-GET request so far, with who made it, in order.
+    pub fn writes_by(&self) -> Vec<Write> {
         self.shared.writes.lock().unwrap().clone()
     }
 
