@@ -12,7 +12,7 @@ fn quick_bench_runs_without_errors() {
         .args(["bench", "--quick", "--no-install", "--no-peers", "--concurrency", "8"])
         .args([
             "--scenarios",
-            "small-get,small-get-c1,small-get-h2,list-10m,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
+            "small-get,small-get-c1,small-get-h2,list-10m,big-list,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
         ])
         .arg("--json")
         .arg(&json)
@@ -42,6 +42,21 @@ fn quick_bench_runs_without_errors() {
     );
     let figures = report["figures"].as_array().expect("figures");
     assert!(figures.iter().any(|f| f["scenario"] == "watches"));
+    // The big list in quick mode: 32 MiB, read whole through the gateway and directly.
+    for target in ["direct", "apigw"] {
+        let row = rows
+            .iter()
+            .find(|r| r["scenario"] == "big-list" && r["target"] == target)
+            .unwrap_or_else(|| panic!("no big-list row for {target}: {stdout}"));
+        assert_eq!(row["requests"], 1, "{row}");
+        assert!(
+            figures
+                .iter()
+                .any(|f| f["scenario"] == "big-list" && f["name"] == format!("{target} RSS growth")),
+            "{stdout}"
+        );
+    }
+    assert_eq!(report["settings"]["big_list_bytes"], 32 << 20);
     assert!(std::fs::read_to_string(&markdown)
         .expect("the Markdown report")
         .contains("| small-get | apigw |"));

@@ -5,9 +5,10 @@
 //! request failed, never because of speed.
 //!
 //! [`env`] owns the processes and TLS clients, [`peers`] nginx and haproxy, [`load`] the load
-//! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`] and [`watches`] the
-//! scenarios, [`report`] and [`report_checks`] the output.
+//! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`], [`big_list`] and
+//! [`watches`] the scenarios, [`report`] and [`report_checks`] the output.
 
+mod big_list;
 mod env;
 mod load;
 mod peers;
@@ -27,11 +28,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 11] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
     "list-10m",
+    "big-list",
     "post-1m",
     "discovery",
     "remerge",
@@ -68,6 +70,9 @@ pub struct BenchArgs {
     /// Idle watches to open (default 10000, 200 with --quick).
     #[arg(long)]
     pub watches: Option<usize>,
+    /// Size of the big-list response: 1GiB, 256MiB, or bytes (default 1GiB, 32MiB with --quick).
+    #[arg(long)]
+    pub big_list_size: Option<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/latest.json")]
     pub json: PathBuf,
@@ -89,6 +94,8 @@ pub struct Settings {
     pub remerge_runs: usize,
     pub discovery_services: usize,
     pub discovery_groups: usize,
+    /// Bytes of the big-list response.
+    pub big_list_bytes: u64,
     pub quick: bool,
 }
 
@@ -97,9 +104,16 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl Settings {
-    fn from_args(args: &BenchArgs) -> Self {
+    fn from_args(args: &BenchArgs) -> anyhow::Result<Self> {
         let quick = args.quick;
-        Self {
+        let big_list_bytes = match &args.big_list_size {
+            Some(text) => {
+                big_list::parse_size(text).map_err(|e| anyhow::anyhow!("--big-list-size: {e}"))?
+            }
+            None if quick => 32 << 20,
+            None => 1 << 30,
+        };
+        Ok(Self {
             duration: Duration::from_secs_f64(if quick { 1.0 } else { args.duration.max(0.1) }),
             warmup: Duration::from_secs_f64(if quick { 0.3 } else { args.warmup.max(0.0) }),
             concurrency: args.concurrency.max(1),
@@ -108,8 +122,9 @@ impl Settings {
             remerge_runs: if quick { 5 } else { 51 },
             discovery_services: if quick { 100 } else { 1000 },
             discovery_groups: if quick { 30 } else { 300 },
+            big_list_bytes,
             quick,
-        }
+        })
     }
 }
 
@@ -181,7 +196,7 @@ impl Figure {
 /// Runs `apigw bench`.
 pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let wanted = selected(&args.scenarios)?;
-    let settings = Settings::from_args(&args);
+    let settings = Settings::from_args(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
         .enable_all()

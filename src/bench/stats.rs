@@ -1,7 +1,8 @@
 //! What `apigw bench` reads from `/proc`: CPU seconds (`utime + stime` of
 //! `/proc/<pid>/stat`), resident memory (`VmRSS` of `/proc/<pid>/status`, sampled, since `VmHWM`
 //! only ever grows over the process's life), the children of a process (nginx's workers), and
-//! the machine line of the report.
+//! the machine line of the report. [`ProcSampler`] samples over a fixed window,
+//! [`OpenSampler`] until told to stop.
 
 use serde::Serialize;
 use std::sync::OnceLock;
@@ -114,6 +115,55 @@ impl ProcSampler {
 
     /// Waits for the window to end and returns what was seen.
     pub async fn finish(self) -> Usage {
+        let Some(handle) = self.handle else {
+            return Usage::default();
+        };
+        tokio::task::spawn_blocking(move || handle.join().unwrap_or_default())
+            .await
+            .unwrap_or_default()
+    }
+}
+
+/// Samples the processes of a target from now until stopped, for a transfer whose end is not
+/// known in advance (the big list).
+pub struct OpenSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<Usage>>,
+}
+
+impl OpenSampler {
+    /// Reads CPU and resident memory now, then samples memory every `every` until
+    /// [`OpenSampler::finish`].
+    pub fn start(pids: Vec<u32>, every: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        if pids.is_empty() {
+            return Self { stop, handle: None };
+        }
+        let cpu_start: f64 = sum(&pids, cpu_seconds);
+        let rss_start_kib = sum(&pids, rss_kib);
+        let stopped = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut rss_peak_kib = rss_start_kib;
+            while !stopped.load(Ordering::Acquire) {
+                std::thread::sleep(every);
+                rss_peak_kib = rss_peak_kib.max(sum(&pids, rss_kib));
+            }
+            Usage {
+                cpu_s: sum(&pids, cpu_seconds) - cpu_start,
+                rss_start_kib,
+                rss_peak_kib,
+            }
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops sampling (after one last sample) and returns what was seen.
+    pub async fn finish(self) -> Usage {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
         let Some(handle) = self.handle else {
             return Usage::default();
         };

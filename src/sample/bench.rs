@@ -4,6 +4,8 @@
 //!
 //! - `GET /apis/wardle.example.com/v1alpha1/bench/payload?bytes=N`: a JSON document of exactly
 //!   `N` bytes (64 ..= 64 MiB, default 1024), built once per size and kept.
+//! - `GET /apis/wardle.example.com/v1alpha1/bench/list?bytes=N`: a JSON list of exactly `N` bytes
+//!   (up to 64 GiB, default 1 GiB), generated while it streams ([`super::bench_list`]).
 //! - `POST /apis/wardle.example.com/v1alpha1/bench/sink`: reads the whole body and answers with
 //!   its length.
 //! - `GET /apis/<name>.bench.example.com/<version>`: an APIResourceList, so that the many
@@ -20,6 +22,7 @@ use std::sync::{Mutex, OnceLock};
 
 const PAYLOAD: &str = "/apis/wardle.example.com/v1alpha1/bench/payload";
 const SINK: &str = "/apis/wardle.example.com/v1alpha1/bench/sink";
+const LIST: &str = "/apis/wardle.example.com/v1alpha1/bench/list";
 const MAX_BYTES: usize = 64 << 20;
 const MIN_BYTES: usize = 64;
 
@@ -28,7 +31,7 @@ const GROUP_SUFFIX: &str = ".bench.example.com";
 
 /// True when `path` is one of the benchmark endpoints.
 pub(super) fn claims(path: &str) -> bool {
-    path == PAYLOAD || path == SINK || group_version(path).is_some()
+    path == PAYLOAD || path == SINK || path == LIST || group_version(path).is_some()
 }
 
 /// `(group, version)` of `/apis/<group>/<version>` for a benchmark group.
@@ -67,6 +70,18 @@ pub(super) async fn serve(req: Request<Incoming>) -> Response<Body> {
             Ok(n) => payload_response(n),
             Err(status) => status.into_response(),
         },
+        (&Method::GET, LIST) => match list_size(req.uri().query()) {
+            Ok(n) => {
+                let mut res =
+                    Response::new(crate::body::stream(super::bench_list::ListBody::new(n)));
+                res.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                res
+            }
+            Err(status) => status.into_response(),
+        },
         (&Method::POST, SINK) => match req.into_body().collect().await {
             Ok(body) => {
                 let n = body.to_bytes().len();
@@ -89,6 +104,27 @@ fn requested_size(query: Option<&str>) -> Result<usize, Status> {
         return Ok(1024);
     };
     let n: usize = raw
+        .parse()
+        .map_err(|_| Status::bad_request(format!("invalid bytes {raw:?}: not a whole number")))?;
+    if !(MIN_BYTES..=MAX_BYTES).contains(&n) {
+        return Err(Status::bad_request(format!(
+            "bytes {n} out of range {MIN_BYTES}..={MAX_BYTES}"
+        )));
+    }
+    Ok(n)
+}
+
+/// `bytes=N` of the big list: [`super::bench_list::MIN_BYTES`] ..= 64 GiB, default 1 GiB.
+fn list_size(query: Option<&str>) -> Result<u64, Status> {
+    use super::bench_list::{MAX_BYTES, MIN_BYTES};
+    let Some(raw) = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("bytes="))
+    else {
+        return Ok(1 << 30);
+    };
+    let n: u64 = raw
         .parse()
         .map_err(|_| Status::bad_request(format!("invalid bytes {raw:?}: not a whole number")))?;
     if !(MIN_BYTES..=MAX_BYTES).contains(&n) {
@@ -146,7 +182,7 @@ mod tests {
         assert!(claims("/apis/g001.bench.example.com/v1"));
         assert!(!claims("/apis/g001.bench.example.com/v1/widgets"));
         assert!(!claims("/apis/wardle.example.com/v1alpha1"));
-        assert!(claims(PAYLOAD) && claims(SINK));
+        assert!(claims(PAYLOAD) && claims(SINK) && claims(LIST));
     }
 
     #[test]
@@ -155,5 +191,9 @@ mod tests {
         assert_eq!(requested_size(Some("a=1&bytes=2048")).ok(), Some(2048));
         assert!(requested_size(Some("bytes=3")).is_err());
         assert!(requested_size(Some("bytes=x")).is_err());
+        assert_eq!(list_size(None).ok(), Some(1 << 30));
+        assert_eq!(list_size(Some("bytes=4096")).ok(), Some(4096));
+        assert!(list_size(Some("bytes=3")).is_err());
+        assert!(list_size(Some("bytes=99999999999999")).is_err());
     }
 }

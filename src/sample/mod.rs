@@ -7,11 +7,12 @@
 //!
 //! This file owns configuration, the TLS listener, authentication, shutdown and the counters
 //! tests observe ([`SampleStats`]); [`handler`] the REST surface, [`watch`] watch streams,
-//! [`exec`] the exec subresource, [`bench`] the endpoints of `apigw bench`, [`openapi`] the
-//! OpenAPI documents, [`fields`] field
+//! [`exec`] the exec subresource, [`bench`] the endpoints of `apigw bench` (with [`bench_list`]
+//! its streamed big list), [`openapi`] the OpenAPI documents, [`fields`] field
 //! validation, [`store`] the objects, [`table`] content negotiation and Tables.
 
 mod bench;
+mod bench_list;
 mod exec;
 mod fields;
 mod handler;
