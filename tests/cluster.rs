@@ -378,6 +378,7 @@ fn state(available: bool, reason: &'static str, message: &str) -> Arc<State> {
             last_transition: SystemTime::now(),
         },
         resources: None,
+        aggregated: None,
     })
 }
 

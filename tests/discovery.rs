@@ -141,3 +141,276 @@ async fn aggregated_discovery_with_etags_negotiation_and_staleness() {
         "the ETag did not change with the document"
     );
 }
+
+/// An aggregated-discovery version entry the legacy APIResourceList cannot express: a
+/// category and a `scale` subresource with its own responseKind and acceptedTypes.
+fn rich_entry(version: &str, category: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": version,
+        "freshness": "Current",
+        "resources": [{
+            "resource": "gadgets",
+            "responseKind": {"group": "a.example.com", "version": version, "kind": "Gadget"},
+            "scope": "Cluster",
+            "singularResource": "gadget",
+            "verbs": ["get", "list"],
+            "shortNames": ["gd"],
+            "categories": [category],
+            "subresources": [{
+                "subresource": "scale",
+                "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                "acceptedTypes": [{"group": "autoscaling", "version": "v1", "kind": "Scale"}],
+                "verbs": ["get", "patch", "update"]
+            }]
+        }]
+    })
+}
+
+fn aggregated_list(items: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
+                       "metadata": {}, "items": items})
+}
+
+/// The `versions` entry of `group`/`version` in an aggregated document.
+fn version_of<'a>(
+    doc: &'a serde_json::Value,
+    group: &str,
+    version: &str,
+) -> Option<&'a serde_json::Value> {
+    doc["items"]
+        .as_array()?
+        .iter()
+        .find(|g| g["metadata"]["name"] == group)?["versions"]
+        .as_array()?
+        .iter()
+        .find(|v| v["version"] == version)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backends_aggregated_discovery_is_used_else_legacy_is_converted() {
+    let w = World::new();
+    let agg = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    agg.discovery.lock().unwrap().apis_aggregated = Some(aggregated_list(serde_json::json!([
+        {"metadata": {"name": "a.example.com"}, "versions": [rich_entry("v1", "first")]}
+    ])));
+    let legacy = w.backend("b", "b-svc", "b-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    w.register(
+        "b.json",
+        "b.example.com",
+        "v1",
+        100,
+        10,
+        "b-svc",
+        "b-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[(&agg, agg.addr), (&legacy, legacy.addr)]);
+    cfg.availability_interval = Duration::from_millis(300);
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+
+    let merged = eventually(5, || async {
+        let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+        version_of(&doc, "a.example.com", "v1").is_some()
+            && version_of(&doc, "b.example.com", "v1").is_some()
+    })
+    .await;
+    assert!(merged, "both backends' versions should be listed");
+    let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+    // a: the backend's own aggregated entry, as it said it.
+    let a = version_of(&doc, "a.example.com", "v1").unwrap();
+    assert_eq!(a["freshness"], "Current");
+    let gadgets = &a["resources"][0];
+    assert_eq!(gadgets["resource"], "gadgets");
+    assert_eq!(gadgets["categories"], serde_json::json!(["first"]));
+    assert_eq!(gadgets["scope"], "Cluster");
+    assert_eq!(gadgets["subresources"][0]["subresource"], "scale");
+    assert_eq!(
+        gadgets["subresources"][0]["responseKind"],
+        serde_json::json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(
+        gadgets["subresources"][0]["acceptedTypes"][0]["kind"],
+        "Scale"
+    );
+    // b: only legacy discovery, converted from its APIResourceList.
+    let b = version_of(&doc, "b.example.com", "v1").unwrap();
+    let things = &b["resources"][0];
+    assert_eq!(things["resource"], "things");
+    assert_eq!(things["shortNames"], serde_json::json!(["th"]));
+    assert!(things.get("categories").is_none(), "{things}");
+    // The legacy backend was asked for /apis with the aggregated Accept list, and answered
+    // with something else.
+    let asked: Vec<serde_json::Value> = legacy
+        .all_requests()
+        .into_iter()
+        .filter(|r| r["path"] == "/apis")
+        .collect();
+    assert!(
+        !asked.is_empty(),
+        "the legacy backend was never asked for /apis"
+    );
+    assert!(support::seen_header(&asked[0], "accept")[0]
+        .starts_with("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"));
+
+    // Refreshes ask again with the ETag (and get 304s) rather than fetching anew.
+    let revalidated = eventually(5, || async {
+        agg.all_requests()
+            .iter()
+            .any(|r| r["path"] == "/apis" && !support::seen_header(r, "if-none-match").is_empty())
+    })
+    .await;
+    assert!(revalidated, "no If-None-Match on a refresh of /apis");
+
+    // The backend's discovery changes: the gateway follows on its next check.
+    agg.discovery.lock().unwrap().apis_aggregated = Some(aggregated_list(serde_json::json!([
+        {"metadata": {"name": "a.example.com"}, "versions": [rich_entry("v1", "second")]}
+    ])));
+    let followed = eventually(5, || async {
+        let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+        version_of(&doc, "a.example.com", "v1")
+            .is_some_and(|v| v["resources"][0]["categories"] == serde_json::json!(["second"]))
+    })
+    .await;
+    assert!(
+        followed,
+        "a change of the backend's discovery was not picked up"
+    );
+
+    // Gone: the last known entry stays, Stale.
+    agg.stop();
+    let stale = eventually(5, || async {
+        let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+        version_of(&doc, "a.example.com", "v1").is_some_and(|v| {
+            v["freshness"] == "Stale"
+                && v["resources"][0]["categories"] == serde_json::json!(["second"])
+        })
+    })
+    .await;
+    assert!(stale, "the stopped backend's entry should stay, Stale");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
+    let w = World::new();
+    // The delegate: a main API server with core v1, apps/v1, a CRD group and a.example.com/v1,
+    // which a registered APIService also claims (the registered one wins).
+    let main = w
+        .backend("main", "kubernetes", "default", &w.addon_ca, None)
+        .await;
+    let entry = |group: &str, version: &str, resource: &str, kind: &str| {
+        serde_json::json!({"version": version, "freshness": "Current", "resources": [{
+            "resource": resource, "scope": "Namespaced", "singularResource": "",
+            "responseKind": {"group": group, "version": version, "kind": kind},
+            "verbs": ["get", "list"]}]})
+    };
+    {
+        let mut d = main.discovery.lock().unwrap();
+        d.apis_aggregated = Some(aggregated_list(serde_json::json!([
+            {"metadata": {"name": "apps"}, "versions": [entry("apps", "v1", "deployments", "Deployment")]},
+            {"metadata": {"name": "stable.example.com"}, "versions": [entry("stable.example.com", "v1", "crontabs", "CronTab")]},
+            {"metadata": {"name": "a.example.com"}, "versions": [entry("a.example.com", "v1", "impostors", "Impostor")]},
+        ])));
+        d.api_legacy = Some(
+            serde_json::json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}]}),
+        );
+        d.api_aggregated = Some(aggregated_list(serde_json::json!([
+            {"metadata": {"name": ""}, "versions": [entry("", "v1", "pods", "Pod")]}
+        ])));
+    }
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[(&echo, echo.addr), (&main, main.addr)]);
+    cfg.delegate = Some(apigw::config::Delegate {
+        host: main.host.clone(),
+        port: 443,
+        ca_file: Some(w.pki.path("addon-ca.crt")),
+    });
+    cfg.availability_interval = Duration::from_millis(300);
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+
+    let listed = eventually(5, || async {
+        let doc = c
+            .send(gw.addr, get("/apis", "application/json"))
+            .await
+            .json();
+        doc["groups"].as_array().is_some_and(|g| g.len() == 6)
+    })
+    .await;
+    assert!(listed, "the delegate's groups were not merged into /apis");
+    let legacy = c
+        .send(gw.addr, get("/apis", "application/json"))
+        .await
+        .json();
+    let names: Vec<&str> = legacy["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    // apps at upstream's 17800, the gateway's own review groups, the CRD group at 1000, then
+    // the registered a.example.com at 100.
+    assert_eq!(
+        names,
+        [
+            "apiregistration.k8s.io",
+            "apps",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
+            "stable.example.com",
+            "a.example.com"
+        ]
+    );
+    let apps = c.send(gw.addr, get("/apis/apps", "application/json")).await;
+    assert_eq!(apps.status, 200);
+    assert_eq!(apps.json()["preferredVersion"]["groupVersion"], "apps/v1");
+
+    let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+    let deployments = &version_of(&doc, "apps", "v1").unwrap()["resources"][0];
+    assert_eq!(deployments["resource"], "deployments");
+    assert_eq!(
+        version_of(&doc, "stable.example.com", "v1").unwrap()["resources"][0]["resource"],
+        "crontabs"
+    );
+    // The registered APIService wins over the delegate's version of the same group version.
+    assert_eq!(
+        version_of(&doc, "a.example.com", "v1").unwrap()["resources"][0]["resource"],
+        "things"
+    );
+
+    // /api is the delegate's, legacy and aggregated, with the gateway's ETags.
+    let api = c.send(gw.addr, get("/api", "application/json")).await;
+    assert_eq!(api.status, 200);
+    let api_doc = api.json();
+    assert_eq!(api_doc["kind"], "APIVersions");
+    assert_eq!(api_doc["versions"], serde_json::json!(["v1"]));
+    assert_eq!(api.headers["etag"].len(), 130);
+    let core = c.send(gw.addr, get("/api", V2)).await;
+    assert_eq!(core.headers["content-type"], V2);
+    let core = core.json();
+    assert_eq!(
+        version_of(&core, "", "v1").unwrap()["resources"][0]["resource"],
+        "pods"
+    );
+}

@@ -2,9 +2,13 @@
 //! change and every interval, check that its service resolves and that
 //! `GET /apis/<group>/<version>` on the backend answers 2xx over verified TLS with the proxy
 //! client certificate. Keeps the `Available` condition (upstream reasons `Local`, `Passed`,
-//! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList, which
-//! discovery serves (as `Stale` while the backend is down).
+//! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList. After a
+//! passed check it also asks the backend for its aggregated discovery (`/apis`, once per
+//! backend and round, with `If-None-Match`; see [`crate::discovery::fetch`]) and keeps this
+//! APIService's version entry from it. Discovery serves the entry, else the converted
+//! APIResourceList (as `Stale` while the backend is down).
 
+use crate::discovery::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::registry::{ApiService, Registry};
@@ -31,6 +35,10 @@ pub struct State {
     pub condition: Condition,
     /// The backend's APIResourceList from the last successful check.
     pub resources: Option<Arc<Value>>,
+    /// This group version's entry in the backend's aggregated discovery (`/apis` as an
+    /// `APIGroupDiscoveryList`), from the last time the backend answered; None when it serves
+    /// only legacy discovery.
+    pub aggregated: Option<Arc<Value>>,
 }
 
 /// Shared, lock-free view of every APIService's state, keyed by name.
@@ -38,6 +46,8 @@ pub struct State {
 pub struct Availability {
     states: ArcSwap<HashMap<String, Arc<State>>>,
     changed: watch::Sender<u64>,
+    /// The backends' aggregated discovery, cached with ETags.
+    discovery: Fetcher,
 }
 
 impl Default for Availability {
@@ -45,6 +55,7 @@ impl Default for Availability {
         Self {
             states: ArcSwap::default(),
             changed: watch::channel(0).0,
+            discovery: Fetcher::default(),
         }
     }
 }
@@ -89,7 +100,7 @@ impl Default for Settings {
 /// At most this many checks run at once.
 const CONCURRENCY: usize = 32;
 /// Discovery documents bigger than this are refused.
-const MAX_DISCOVERY_BYTES: usize = 16 << 20;
+const MAX_DISCOVERY_BYTES: usize = crate::discovery::fetch::MAX_BYTES;
 
 /// Runs the controller until the registry is dropped.
 pub fn spawn(
@@ -102,16 +113,31 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut changes = registry.subscribe();
         let mut round = 0u64;
+        let mut cycle = 0u64;
         loop {
+            cycle += 1;
             let snapshot = registry.snapshot();
             let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
+            let live = services
+                .iter()
+                .filter_map(|s| s.service.as_ref())
+                .map(|s| format!("{}:{}", s.host(), s.port))
+                .collect();
+            availability.discovery.retain(&live);
             let results: Vec<(String, State)> = futures_util::stream::iter(services)
                 .map(|svc| {
                     let (proxy, availability, timeout) =
                         (proxy.clone(), availability.clone(), settings.timeout);
                     async move {
                         let previous = availability.get(&svc.name);
-                        let state = check(&proxy, &svc, previous.as_deref(), timeout).await;
+                        let state = check(
+                            &proxy,
+                            &availability,
+                            &svc,
+                            previous.as_deref(),
+                            (cycle, timeout),
+                        )
+                        .await;
                         (svc.name.clone(), state)
                     }
                 })
@@ -149,7 +175,9 @@ fn publish(availability: &Availability, metrics: &Metrics, results: Vec<(String,
             }
         }
         changed |= previous.is_none_or(|p| {
-            p.condition != state.condition || !same_resources(&p.resources, &state.resources)
+            p.condition != state.condition
+                || !same_resources(&p.resources, &state.resources)
+                || !same_resources(&p.aggregated, &state.aggregated)
         });
         next.insert(name, Arc::new(state));
     }
@@ -168,18 +196,31 @@ fn same_resources(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
     }
 }
 
-/// Checks one APIService. Keeps the previous transition time when the status did not change,
-/// and the previous resources when the backend could not be asked.
+/// Checks one APIService in refresh cycle `cycle`. Keeps the previous transition time when the
+/// status did not change, and the previous resources when the backend could not be asked.
 async fn check(
     proxy: &Proxy,
+    availability: &Availability,
     svc: &ApiService,
     previous: Option<&State>,
-    timeout: Duration,
+    (cycle, timeout): (u64, Duration),
 ) -> State {
     let (available, reason, message, resources) = probe(proxy, svc, timeout).await;
     if !available {
         proxy.evict(svc);
     }
+    let kept = || previous.and_then(|p| p.aggregated.clone());
+    let aggregated = if available {
+        match aggregated_entry(proxy, &availability.discovery, svc, (cycle, timeout)).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::debug!(apiservice = %svc.name, error = %e, "aggregated discovery not fetched");
+                kept()
+            }
+        }
+    } else {
+        kept()
+    };
     let last_transition = match previous {
         Some(p) if p.condition.available == available => p.condition.last_transition,
         _ => SystemTime::now(),
@@ -195,7 +236,34 @@ async fn check(
             last_transition,
         },
         resources,
+        aggregated,
     }
+}
+
+/// This APIService's version entry in its backend's aggregated `/apis`; None when the backend
+/// serves only legacy discovery, or its aggregated list lacks this group version (the
+/// APIResourceList of the check then stands in); an error when it could not be asked.
+async fn aggregated_entry(
+    proxy: &Proxy,
+    fetcher: &Fetcher,
+    svc: &ApiService,
+    (cycle, timeout): (u64, Duration),
+) -> Result<Option<Arc<Value>>, String> {
+    let Some(service) = &svc.service else {
+        return Ok(None);
+    };
+    let backend = proxy
+        .backend_for(svc)
+        .map_err(|s| s.message().to_string())?;
+    let key = format!("{}:{}", service.host(), service.port);
+    let answer = fetcher
+        .get(&key, &backend, "/apis", AGGREGATED_ACCEPT, cycle, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(match answer.as_ref() {
+        Answer::Aggregated(index) => index.get(&svc.group, &svc.version).cloned(),
+        Answer::Legacy(_) => None,
+    })
 }
 
 async fn probe(

@@ -1,17 +1,20 @@
 //! Aggregated discovery (`apidiscovery.k8s.io/v2`, and `v2beta1` for older clients): the
 //! resources of every group version in one `APIGroupDiscoveryList`. Each APIService contributes
-//! the APIResourceList its backend last served (from the availability controller), marked
-//! `Stale` while the backend is unavailable. Groups are ordered as upstream orders this
-//! document: by the highest groupPriorityMinimum of their versions, ties by name.
+//! its version entry from the backend's own aggregated discovery when the backend serves one
+//! (resources as the backend says them), else the APIResourceList its backend last served,
+//! converted; either is marked `Stale` while the backend is unavailable. Groups are ordered as
+//! upstream orders this document: by the highest groupPriorityMinimum of their versions, ties
+//! by name. This module renders entries and groups as JSON text; [`super::render`] splices
+//! them into documents.
 
 use super::order::compare_kube_aware;
 use crate::availability::State;
 use crate::registry::ApiService;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// One group's APIServices with what their backends serve.
+/// One APIService with what its backend serves.
 pub struct Member<'a> {
     pub svc: &'a ApiService,
     pub state: Option<&'a State>,
@@ -24,40 +27,92 @@ pub struct VersionCache {
     entries: Mutex<HashMap<String, Rendered>>,
 }
 
-/// A rendered version entry: (identity of the resources Arc, fresh, JSON text).
-type Rendered = (usize, bool, Arc<str>);
+/// A rendered version entry: identities of the resources and aggregated-entry Arcs, whether
+/// it is fresh, and the JSON text.
+type Rendered = (usize, usize, bool, Arc<str>);
+
+fn ptr(v: &Option<Arc<Value>>) -> usize {
+    v.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize)
+}
 
 impl VersionCache {
-    fn version(&self, m: &Member<'_>) -> Option<Arc<str>> {
+    /// The version entry of `m`, or None while its backend has never answered.
+    pub fn version(&self, m: &Member<'_>) -> Option<Arc<str>> {
         let state = m.state?;
-        let list = state.resources.as_ref()?;
-        let (ptr, fresh) = (Arc::as_ptr(list) as usize, state.condition.available);
+        if state.resources.is_none() && state.aggregated.is_none() {
+            return None;
+        }
+        let (res, agg) = (ptr(&state.resources), ptr(&state.aggregated));
+        let fresh = state.condition.available;
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((p, f, text)) = entries.get(&m.svc.name) {
-            if *p == ptr && *f == fresh {
+        if let Some((r, a, f, text)) = entries.get(&m.svc.name) {
+            if (*r, *a, *f) == (res, agg, fresh) {
                 return Some(text.clone());
             }
         }
-        let text: Arc<str> = json!({
-            "version": m.svc.version,
-            "resources": resources(list, &m.svc.group, &m.svc.version),
-            "freshness": if fresh { "Current" } else { "Stale" },
-        })
-        .to_string()
-        .into();
-        entries.insert(m.svc.name.clone(), (ptr, fresh, text.clone()));
+        let text: Arc<str> = version_entry(m.svc, state).to_string().into();
+        entries.insert(m.svc.name.clone(), (res, agg, fresh, text.clone()));
         Some(text)
     }
 
     /// Forgets APIServices that are gone.
-    fn retain(&self, live: &[Member<'_>]) {
+    pub fn retain<'a>(&self, live: impl ExactSizeIterator<Item = &'a str>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if entries.len() > live.len() {
-            let names: std::collections::HashSet<&str> =
-                live.iter().map(|m| m.svc.name.as_str()).collect();
+            let names: HashSet<&str> = live.collect();
             entries.retain(|k, _| names.contains(k.as_str()));
         }
     }
+}
+
+/// The version entry of one APIService: the backend's own aggregated entry when it has one,
+/// else its APIResourceList converted. `Stale` while the backend is unavailable (or when the
+/// backend itself says so).
+fn version_entry(svc: &ApiService, state: &State) -> Value {
+    let backend_stale = state
+        .aggregated
+        .as_ref()
+        .is_some_and(|a| a["freshness"].as_str() == Some("Stale"));
+    let fresh = state.condition.available && !backend_stale;
+    let resources = match (&state.aggregated, &state.resources) {
+        (Some(entry), _) => match &entry["resources"] {
+            Value::Array(r) => Value::Array(r.clone()),
+            _ => Value::Array(Vec::new()),
+        },
+        (None, Some(list)) => Value::Array(resources(list, &svc.group, &svc.version)),
+        (None, None) => Value::Array(Vec::new()),
+    };
+    json!({
+        "version": svc.version,
+        "resources": resources,
+        "freshness": if fresh { "Current" } else { "Stale" },
+    })
+}
+
+/// One group of the list as JSON text, around its already rendered version entries.
+pub fn group_json(name: &str, versions: &[Arc<str>]) -> String {
+    let quoted = Value::from(name).to_string();
+    let len: usize = versions.iter().map(|v| v.len() + 1).sum();
+    let mut out = String::with_capacity(len + quoted.len() + 64);
+    out.push_str(r#"{"metadata":{"name":"#);
+    out.push_str(&quoted);
+    out.push_str(r#","creationTimestamp":null},"versions":["#);
+    for (i, v) in versions.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(v);
+    }
+    out.push_str("]}");
+    out
+}
+
+/// Orders APIServices within a group: versionPriority (highest first), then kube-aware
+/// version order.
+pub fn version_order(a: &ApiService, b: &ApiService) -> std::cmp::Ordering {
+    b.version_priority
+        .cmp(&a.version_priority)
+        .then_with(|| compare_kube_aware(&b.version, &a.version))
 }
 
 /// The groups of the list for `services` (every APIService, any order), each as JSON text.
@@ -77,23 +132,12 @@ pub fn items_json(services: &[Member<'_>], cache: &VersionCache) -> Vec<String> 
     let out = ordered
         .into_iter()
         .filter_map(|(name, mut members)| {
-            members.sort_by(|a, b| {
-                b.svc
-                    .version_priority
-                    .cmp(&a.svc.version_priority)
-                    .then_with(|| compare_kube_aware(&b.svc.version, &a.svc.version))
-            });
+            members.sort_by(|a, b| version_order(a.svc, b.svc));
             let versions: Vec<Arc<str>> = members.iter().filter_map(|m| cache.version(m)).collect();
-            (!versions.is_empty()).then(|| {
-                format!(
-                    r#"{{"metadata":{{"name":{},"creationTimestamp":null}},"versions":[{}]}}"#,
-                    Value::from(name),
-                    versions.join(",")
-                )
-            })
+            (!versions.is_empty()).then(|| group_json(name, &versions))
         })
         .collect();
-    cache.retain(services);
+    cache.retain(services.iter().map(|m| m.svc.name.as_str()));
     out
 }
 
@@ -160,15 +204,6 @@ pub fn resources(list: &Value, group: &str, version: &str) -> Vec<Value> {
     out
 }
 
-/// The whole document at `apiVersion` (`apidiscovery.k8s.io/v2` or `/v2beta1`), around
-/// already rendered `items`.
-pub fn list(items: &[String], api_version: &str) -> String {
-    format!(
-        r#"{{"kind":"APIGroupDiscoveryList","apiVersion":"{api_version}","metadata":{{}},"items":[{}]}}"#,
-        items.join(",")
-    )
-}
-
 /// The `apiregistration.k8s.io` entry the gateway serves itself.
 pub fn apiregistration_item() -> Value {
     let list = crate::apiservices::resource_list();
@@ -202,6 +237,7 @@ mod tests {
                 message: String::new(),
                 last_transition: SystemTime::now(),
             },
+            aggregated: None,
             resources: Some(Arc::new(json!({"kind": "APIResourceList", "resources": [
                 {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
                  "verbs": ["get", "list"], "shortNames": ["fl"]},

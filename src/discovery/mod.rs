@@ -1,12 +1,17 @@
 //! Discovery served by the gateway itself: `/api` (APIVersions), `/apis` (APIGroupList, or the
 //! aggregated APIGroupDiscoveryList when asked for it) and `/apis/<group>` (APIGroup), built from
-//! the registry snapshot in kube-aggregator's order ([`order`], [`aggregated`]). Documents are
-//! rendered once per registry or availability change, each with a strong ETag, and served with
-//! content negotiation on `Accept` as kube-apiserver does it.
+//! the registry snapshot, the gateway's own groups and the delegate's groups
+//! ([`delegate`]) in kube-aggregator's order ([`order`], [`aggregated`]), with what each
+//! backend says it serves ([`fetch`]). Documents are rendered once per registry, availability
+//! or delegate change, reusing every part the change did not touch ([`render`]), each with a
+//! strong ETag, and served with content negotiation on `Accept` as kube-apiserver does it.
 
 pub mod aggregated;
+pub mod delegate;
+pub mod fetch;
 pub mod openapi;
 pub mod order;
+pub mod render;
 
 use crate::availability::State;
 use crate::body::{empty, full, Body};
@@ -16,7 +21,7 @@ use crate::registry::{ApiService, Snapshot};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -28,9 +33,10 @@ pub struct Doc {
     pub content_type: &'static str,
 }
 
-const JSON: &str = "application/json";
-const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-const V2BETA1: &str = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+pub(crate) const JSON: &str = "application/json";
+pub(crate) const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub(crate) const V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 impl Doc {
     pub fn new(value: &Value, content_type: &'static str) -> Self {
@@ -49,104 +55,70 @@ impl Doc {
 }
 
 /// Upstream's ETag: the quoted uppercase hex SHA-512 of the bytes.
-fn etag(bytes: &[u8]) -> HeaderValue {
-    let digest = ring::digest::digest(&ring::digest::SHA512, bytes);
-    let mut out = String::with_capacity(130);
-    out.push('"');
-    for b in digest.as_ref() {
-        out.push_str(&format!("{b:02X}"));
-    }
-    out.push('"');
-    HeaderValue::from_str(&out).unwrap_or(HeaderValue::from_static("\"\""))
+pub fn etag(bytes: &[u8]) -> HeaderValue {
+    etag_of(ring::digest::digest(&ring::digest::SHA512, bytes))
 }
 
-/// The documents of one (registry, availability) state.
+/// The ETag of a finished SHA-512 digest.
+fn etag_of(digest: ring::digest::Digest) -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(130);
+    out.push(b'"');
+    for b in digest.as_ref() {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 15)]);
+    }
+    out.push(b'"');
+    HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+/// The aggregated list around already rendered, comma-joined `items`, as v2 and v2beta1.
+/// `apiVersion` is the last member, so both documents share every byte up to its version
+/// suffix and one SHA-512 pass over the common part serves both ETags.
+pub fn aggregated_docs(items: &str) -> [Doc; 2] {
+    const HEAD: &str = r#"{"kind":"APIGroupDiscoveryList","metadata":{},"items":["#;
+    const API_VERSION: &str = r#"],"apiVersion":"apidiscovery.k8s.io/v2"#;
+    let mut common = Vec::with_capacity(HEAD.len() + items.len() + API_VERSION.len() + 8);
+    common.extend_from_slice(HEAD.as_bytes());
+    common.extend_from_slice(items.as_bytes());
+    common.extend_from_slice(API_VERSION.as_bytes());
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
+    hash.update(&common);
+    let mut beta_hash = hash.clone();
+    let mut beta = Vec::with_capacity(common.len() + 7);
+    beta.extend_from_slice(&common);
+    for (bytes, hash, tail) in [
+        (&mut common, &mut hash, &b"\"}"[..]),
+        (&mut beta, &mut beta_hash, &b"beta1\"}"[..]),
+    ] {
+        bytes.extend_from_slice(tail);
+        hash.update(tail);
+    }
+    [
+        Doc {
+            bytes: Bytes::from(common),
+            etag: etag_of(hash.finish()),
+            content_type: V2,
+        },
+        Doc {
+            bytes: Bytes::from(beta),
+            etag: etag_of(beta_hash.finish()),
+            content_type: V2BETA1,
+        },
+    ]
+}
+
+/// The documents of one (registry, availability, delegate) state, rendered by
+/// [`render::RenderCache::render`].
 #[derive(Debug)]
 pub struct Documents {
-    key: (u64, u64),
+    key: (u64, u64, u64),
     /// `/apis`: legacy, v2, v2beta1.
     pub apis: [Doc; 3],
     /// `/api` without a delegate: legacy, v2, v2beta1.
-    pub api: [Doc; 3],
+    pub api: Arc<[Doc; 3]>,
     /// `/apis/<group>` by group name.
-    pub groups: HashMap<String, Doc>,
-}
-
-fn group_version(s: &ApiService) -> Value {
-    json!({"groupVersion": format!("{}/{}", s.group, s.version), "version": s.version})
-}
-
-impl Documents {
-    /// Renders every document. Groups with an empty name (the legacy `v1`) belong under `/api`.
-    pub fn render(
-        snapshot: &Snapshot,
-        states: &HashMap<String, Arc<State>>,
-        builtin: &[Builtin],
-        versions: &aggregated::VersionCache,
-        key: (u64, u64),
-    ) -> Self {
-        let mut services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
-        let mut states = states.clone();
-        for b in builtin
-            .iter()
-            .filter(|b| snapshot.get(&b.svc.name).is_none())
-        {
-            services.push(b.svc.clone());
-            states.insert(b.svc.name.clone(), b.state.clone());
-        }
-        let mut list = vec![crate::apiservices::group_document()];
-        let mut groups = HashMap::new();
-        for group in order::ordered_groups(&services)
-            .iter()
-            .filter(|g| !g[0].group.is_empty())
-        {
-            let versions: Vec<Value> = group.iter().map(|s| group_version(s)).collect();
-            let doc = json!({"name": group[0].group, "versions": versions, "preferredVersion": versions[0]});
-            let mut single = doc.clone();
-            single["kind"] = json!("APIGroup");
-            single["apiVersion"] = json!("v1");
-            groups.insert(group[0].group.clone(), Doc::new(&single, JSON));
-            list.push(doc);
-        }
-        if let Some(own) = list.first_mut() {
-            if let Some(map) = own.as_object_mut() {
-                map.remove("kind");
-                map.remove("apiVersion");
-            }
-        }
-        let members: Vec<aggregated::Member<'_>> = services
-            .iter()
-            .map(|svc| aggregated::Member {
-                svc,
-                state: states.get(&svc.name).map(|s| s.as_ref()),
-            })
-            .collect();
-        let mut items = vec![aggregated::apiregistration_item().to_string()];
-        items.extend(aggregated::items_json(&members, versions));
-        let legacy = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": list});
-        let api = json!({"kind": "APIVersions", "versions": [],
-                         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]});
-        Self {
-            key,
-            apis: [
-                Doc::new(&legacy, JSON),
-                Doc::from_text(aggregated::list(&items, "apidiscovery.k8s.io/v2"), V2),
-                Doc::from_text(
-                    aggregated::list(&items, "apidiscovery.k8s.io/v2beta1"),
-                    V2BETA1,
-                ),
-            ],
-            api: [
-                Doc::new(&api, JSON),
-                Doc::from_text(aggregated::list(&[], "apidiscovery.k8s.io/v2"), V2),
-                Doc::from_text(
-                    aggregated::list(&[], "apidiscovery.k8s.io/v2beta1"),
-                    V2BETA1,
-                ),
-            ],
-            groups,
-        }
-    }
+    pub groups: Arc<HashMap<String, Doc>>,
 }
 
 /// A group version the gateway serves itself, listed among the registry's.
@@ -168,6 +140,7 @@ impl Builtin {
         let state = State {
             condition,
             resources: Some(Arc::new(list)),
+            aggregated: None,
         };
         Self {
             svc,
@@ -181,38 +154,40 @@ impl Builtin {
 pub struct Cache {
     current: ArcSwapOption<Documents>,
     builtin: Vec<Builtin>,
-    versions: aggregated::VersionCache,
+    render: render::RenderCache,
+    /// The delegate's groups; empty without `--delegate-url`.
+    pub delegate: Arc<delegate::DelegateDiscovery>,
 }
 
 impl Cache {
     /// A cache whose documents also list `builtin` group versions.
     pub fn new(builtin: Vec<Builtin>) -> Self {
         Self {
-            current: ArcSwapOption::default(),
             builtin,
-            versions: aggregated::VersionCache::default(),
+            ..Self::default()
         }
     }
 
-    /// `key` identifies the state: (registry generation, availability round).
+    /// `key` identifies the state: (registry generation, availability round); the delegate's
+    /// generation completes it.
     pub fn get(
         &self,
         snapshot: &Snapshot,
         states: &HashMap<String, Arc<State>>,
         key: (u64, u64),
     ) -> Arc<Documents> {
+        let known = self.delegate.current();
+        let key = (key.0, key.1, known.generation);
         if let Some(docs) = self.current.load_full() {
             if docs.key == key {
                 return docs;
             }
         }
-        let docs = Arc::new(Documents::render(
-            snapshot,
-            states,
-            &self.builtin,
-            &self.versions,
-            key,
-        ));
+        let docs =
+            Arc::new(
+                self.render
+                    .render(snapshot, states, &self.builtin, &known.versions, key),
+            );
         self.current.store(Some(docs.clone()));
         docs
     }
@@ -312,6 +287,7 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Response<Body> {
 mod tests {
     use super::*;
     use crate::registry::Registry;
+    use serde_json::json;
 
     fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {
         ApiService::from_value(json!({
@@ -373,6 +349,13 @@ mod tests {
         assert!(etag[1..129]
             .chars()
             .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+        // The shared-prefix digests are those of the bytes served.
+        for doc in &docs.apis {
+            assert_eq!(doc.etag, super::etag(&doc.bytes));
+            assert!(serde_json::from_slice::<Value>(&doc.bytes).is_ok());
+        }
+        let beta: Value = serde_json::from_slice(&docs.apis[2].bytes).unwrap();
+        assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
     }
 
     #[test]

@@ -472,6 +472,13 @@ pub async fn run(
     gateway
         .apiservices
         .spawn(registry.clone(), gateway.availability.clone());
+    if let Some(delegate) = gateway.proxy.delegate() {
+        gateway.discovery.delegate.clone().spawn(
+            delegate.clone(),
+            cfg.availability_interval,
+            cfg.availability_timeout,
+        );
+    }
     gateway.openapi.spawn(
         registry.clone(),
         gateway.proxy.clone(),

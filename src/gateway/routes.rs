@@ -31,7 +31,13 @@ impl Gateway {
         };
         match segments.as_slice() {
             ["api"] | ["api", ""] if self.proxy.delegate().is_none() => {
-                return discovery::serve(&req, &docs().api)
+                return discovery::serve(&req, &docs().api[..])
+            }
+            ["api"] | ["api", ""] => {
+                // The delegate's APIVersions as last fetched; until then, the delegate itself.
+                if let Some(api) = self.discovery.delegate.current().api.clone() {
+                    return discovery::serve(&req, &api[..]);
+                }
             }
             ["apis"] | ["apis", ""] => return discovery::serve(&req, &docs().apis),
             ["apis", GROUP] | ["apis", GROUP, ""] => {

@@ -230,22 +230,33 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
-/// `/apis`: the legacy APIGroupList, or aggregated discovery v2 when asked for.
+/// `/apis`: the legacy APIGroupList, or aggregated discovery (v2, else v2beta1) when asked for.
 fn apis(headers: &HeaderMap) -> Response<Body> {
-    if accepts(
-        headers,
-        "APIGroupDiscoveryList",
-        "apidiscovery.k8s.io",
-        "v2",
-    ) {
-        let mut res = json_response(&discovery_v2());
-        res.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static(
-                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-            ),
-        );
-        return res;
+    for (version, content_type) in [
+        (
+            "v2",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        ),
+        (
+            "v2beta1",
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+        ),
+    ] {
+        if accepts(
+            headers,
+            "APIGroupDiscoveryList",
+            "apidiscovery.k8s.io",
+            version,
+        ) {
+            let mut doc = discovery_v2();
+            doc["apiVersion"] = json!(format!("apidiscovery.k8s.io/{version}"));
+            let mut res = json_response(&doc);
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(content_type),
+            );
+            return res;
+        }
     }
     json_response(&json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}))
 }

@@ -288,6 +288,17 @@ async fn discovery_documents() {
     )];
     let (_, agg) = c.as_user(Method::GET, "/apis", &v2, None).await;
     assert_eq!(agg["kind"], "APIGroupDiscoveryList");
+    assert_eq!(agg["apiVersion"], "apidiscovery.k8s.io/v2");
+    let beta = [(
+        "accept",
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
+    )];
+    let (_, agg) = c.as_user(Method::GET, "/apis", &beta, None).await;
+    assert_eq!(agg["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    assert_eq!(
+        agg["items"][0]["versions"][0]["resources"][0]["resource"],
+        "flunders"
+    );
     h.stop().await;
 }
 

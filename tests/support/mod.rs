@@ -427,7 +427,40 @@ pub struct Echo {
     pub host: String,
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Discovery documents it serves at `/apis` and `/api` (else it echoes there too).
+    pub discovery: Arc<Mutex<EchoDiscovery>>,
     _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// What an [`Echo`] answers at `/apis` and `/api`: the aggregated form when the `Accept` asks
+/// for an `APIGroupDiscoveryList` and one is set (with an ETag, 304 on `If-None-Match`), else
+/// the legacy form when set. `/api/v1` answers `core` when set.
+#[derive(Default, Clone)]
+pub struct EchoDiscovery {
+    pub apis_aggregated: Option<serde_json::Value>,
+    pub apis_legacy: Option<serde_json::Value>,
+    pub api_aggregated: Option<serde_json::Value>,
+    pub api_legacy: Option<serde_json::Value>,
+    pub core: Option<serde_json::Value>,
+}
+
+impl EchoDiscovery {
+    /// The answer for `path` with `accept`, if it is a discovery path with a document set.
+    fn answer(&self, path: &str, accept: &str) -> Option<(serde_json::Value, &'static str)> {
+        let aggregated = accept.contains("as=APIGroupDiscoveryList");
+        let v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+        let (agg, legacy) = match path {
+            "/apis" | "/apis/" => (&self.apis_aggregated, &self.apis_legacy),
+            "/api" | "/api/" => (&self.api_aggregated, &self.api_legacy),
+            "/api/v1" => return self.core.clone().map(|c| (c, "application/json")),
+            _ => return None,
+        };
+        match (agg, legacy) {
+            (Some(a), _) if aggregated => Some((a.clone(), v2)),
+            (_, Some(l)) => Some((l.clone(), "application/json")),
+            _ => None,
+        }
+    }
 }
 
 impl Echo {
@@ -445,12 +478,14 @@ impl Echo {
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let log = seen.clone();
+        let discovery: Arc<Mutex<EchoDiscovery>> = Arc::default();
+        let docs = discovery.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(apigw::server::serve(
             listener,
             tls,
             move |conn: apigw::server::ConnInfo| {
-                let log = log.clone();
+                let (log, docs) = (log.clone(), docs.clone());
                 let peer_cn = conn
                     .peer_chain
                     .first()
@@ -458,8 +493,8 @@ impl Echo {
                     .map(|(cn, _)| cn);
                 let remote = conn.remote;
                 move |req: Request<hyper::body::Incoming>| {
-                    let (log, peer_cn) = (log.clone(), peer_cn.clone());
-                    async move { echo(req, peer_cn, remote, log).await }
+                    let (log, peer_cn, docs) = (log.clone(), peer_cn.clone(), docs.clone());
+                    async move { echo(req, peer_cn, remote, log, docs).await }
                 }
             },
             apigw::server::Limits::default(),
@@ -471,6 +506,7 @@ impl Echo {
             host,
             addr,
             seen,
+            discovery,
             _stop: tx,
         }
     }
@@ -486,6 +522,7 @@ impl Echo {
             host: host.to_string(),
             addr,
             seen: Arc::default(),
+            discovery: Arc::default(),
             _stop: tokio::sync::oneshot::channel().0,
         }
     }
@@ -527,6 +564,7 @@ async fn echo(
     peer_cn: Option<String>,
     remote: SocketAddr,
     log: Arc<Mutex<Vec<serde_json::Value>>>,
+    docs: Arc<Mutex<EchoDiscovery>>,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let body = body
@@ -560,7 +598,35 @@ async fn echo(
     log.lock().unwrap().push(entry.clone());
     let path = parts.uri.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let mut res = if let ["apis", group, version] = segments.as_slice() {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let discovery = docs.lock().unwrap().answer(path, &header("accept"));
+    let mut res = if let Some((doc, content_type)) = discovery {
+        let text = doc.to_string();
+        let etag = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            text.hash(&mut h);
+            format!("\"{:016x}\"", h.finish())
+        };
+        let mut r = if header("if-none-match") == etag {
+            let mut r = Response::new(full(""));
+            *r.status_mut() = http::StatusCode::NOT_MODIFIED;
+            r
+        } else {
+            Response::new(full(text))
+        };
+        r.headers_mut().insert("etag", etag.parse().unwrap());
+        r.headers_mut()
+            .insert("x-content-type", content_type.parse().unwrap());
+        r
+    } else if let ["apis", group, version] = segments.as_slice() {
         let list = serde_json::json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"),
             "resources": [{"name": "things", "singularName": "thing", "namespaced": true, "kind": "Thing",
@@ -589,8 +655,11 @@ async fn echo(
     } else {
         Response::new(full(entry.to_string()))
     };
-    res.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
+    let content_type = res
+        .headers_mut()
+        .remove("x-content-type")
+        .unwrap_or_else(|| "application/json".parse().unwrap());
+    res.headers_mut().insert("content-type", content_type);
     res.headers_mut()
         .insert("x-backend", "echo".parse().unwrap());
     if peer_cn.as_deref() != Some("front-proxy-client") {
