@@ -14,7 +14,8 @@
 //! - [`registry`]: the APIService model, validation, manifest directory source, snapshots.
 //! - [`apiservices`]: the read-only `apiregistration.k8s.io/v1` API over the registry.
 //! - [`availability`]: the controller checking each APIService's backend.
-//! - [`discovery`]: the ordering rules and the `/api`, `/apis`, `/apis/<group>` documents.
+//! - [`discovery`]: the ordering rules, the `/api`, `/apis`, `/apis/<group>` documents (merged
+//!   from the registry, the backends' own aggregated discovery and the delegate's groups), OpenAPI.
 //! - [`proxy`]: backend connections, identity headers, forwarding and streaming.
 //! - [`gateway`]: the request pipeline tying the above together.
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.

@@ -414,3 +414,54 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         "pods"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_legacy_only_delegate_is_merged_from_its_resource_lists() {
+    let w = World::new();
+    let main = w
+        .backend("main", "kubernetes", "default", &w.addon_ca, None)
+        .await;
+    {
+        let mut d = main.discovery.lock().unwrap();
+        let v1 = serde_json::json!({"groupVersion": "stable.example.com/v1", "version": "v1"});
+        d.apis_legacy = Some(
+            serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1",
+            "groups": [{"name": "stable.example.com", "versions": [v1], "preferredVersion": v1}]}),
+        );
+        d.api_legacy = Some(serde_json::json!({"kind": "APIVersions", "versions": ["v1"]}));
+        d.core = Some(
+            serde_json::json!({"kind": "APIResourceList", "groupVersion": "v1",
+            "resources": [{"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                           "verbs": ["get", "list"], "shortNames": ["po"]}]}),
+        );
+    }
+    let mut cfg = w.config(&[(&main, main.addr)]);
+    cfg.delegate = Some(apigw::config::Delegate {
+        host: main.host.clone(),
+        port: 443,
+        ca_file: Some(w.pki.path("addon-ca.crt")),
+    });
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+
+    let merged = eventually(5, || async {
+        let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+        version_of(&doc, "stable.example.com", "v1").is_some()
+    })
+    .await;
+    assert!(merged, "the legacy delegate's group was not merged");
+    let doc = c.send(gw.addr, get("/apis", V2)).await.json();
+    // The echo backend's APIResourceList for /apis/stable.example.com/v1, converted.
+    let things = &version_of(&doc, "stable.example.com", "v1").unwrap()["resources"][0];
+    assert_eq!(things["resource"], "things");
+    assert_eq!(things["shortNames"], serde_json::json!(["th"]));
+    let core = c.send(gw.addr, get("/api", V2)).await.json();
+    let pods = &version_of(&core, "", "v1").unwrap()["resources"][0];
+    assert_eq!(pods["resource"], "pods");
+    assert_eq!(pods["shortNames"], serde_json::json!(["po"]));
+    let api = c
+        .send(gw.addr, get("/api", "application/json"))
+        .await
+        .json();
+    assert_eq!(api["versions"], serde_json::json!(["v1"]));
+}

@@ -343,29 +343,27 @@ where
     if versions["kind"] != "APIVersions" {
         return None;
     }
-    let items = match agg.as_ref() {
-        Answer::Aggregated(index) => {
-            let entries: Vec<Arc<str>> = index
-                .versions
-                .iter()
-                .filter(|(g, _)| g.is_empty())
-                .map(|(_, v)| Arc::from(v.to_string()))
-                .collect();
-            aggregated::group_json("", &entries)
-        }
-        Answer::Legacy(_) => {
-            let list = match core().await {
-                Ok(answer) => match answer.as_ref() {
-                    Answer::Legacy(doc) if doc["kind"] == "APIResourceList" => doc.clone(),
-                    _ => Arc::new(Value::Null),
-                },
-                Err(_) => return old.api.clone(),
-            };
-            let entry = json!({"version": "v1", "freshness": "Current",
-                               "resources": aggregated::resources(&list, "", "v1")});
-            aggregated::group_json("", &[Arc::from(entry.to_string())])
-        }
+    let entries: Vec<Arc<str>> = match agg.as_ref() {
+        Answer::Aggregated(index) => index
+            .versions
+            .iter()
+            .filter(|(g, _)| g.is_empty())
+            .map(|(_, v)| Arc::from(v.to_string()))
+            .collect(),
+        Answer::Legacy(_) => match core().await {
+            Ok(answer) => match answer.as_ref() {
+                Answer::Legacy(list) if list["kind"] == "APIResourceList" => {
+                    let entry = json!({"version": "v1", "freshness": "Current",
+                                       "resources": aggregated::resources(list, "", "v1")});
+                    vec![Arc::from(entry.to_string())]
+                }
+                _ => Vec::new(),
+            },
+            Err(_) => return old.api.clone(),
+        },
     };
+    let core = (!entries.is_empty()).then(|| aggregated::group_json("", &entries));
+    let items: Vec<&str> = core.as_deref().into_iter().collect();
     let [v2, v2beta1] = super::aggregated_docs(&items);
     let docs = [Doc::new(versions, JSON), v2, v2beta1];
     // Unchanged answers keep the same Arc, so the cache key does not move.

@@ -72,15 +72,21 @@ fn etag_of(digest: ring::digest::Digest) -> HeaderValue {
     HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("\"\""))
 }
 
-/// The aggregated list around already rendered, comma-joined `items`, as v2 and v2beta1.
-/// `apiVersion` is the last member, so both documents share every byte up to its version
-/// suffix and one SHA-512 pass over the common part serves both ETags.
-pub fn aggregated_docs(items: &str) -> [Doc; 2] {
+/// The aggregated list around already rendered `items` (joined with commas here), as v2 and
+/// v2beta1. `apiVersion` is the last member, so both documents share every byte up to its
+/// version suffix and one SHA-512 pass over the common part serves both ETags.
+pub fn aggregated_docs(items: &[&str]) -> [Doc; 2] {
     const HEAD: &str = r#"{"kind":"APIGroupDiscoveryList","metadata":{},"items":["#;
     const API_VERSION: &str = r#"],"apiVersion":"apidiscovery.k8s.io/v2"#;
-    let mut common = Vec::with_capacity(HEAD.len() + items.len() + API_VERSION.len() + 8);
+    let len: usize = items.iter().map(|i| i.len() + 1).sum();
+    let mut common = Vec::with_capacity(HEAD.len() + len + API_VERSION.len() + 8);
     common.extend_from_slice(HEAD.as_bytes());
-    common.extend_from_slice(items.as_bytes());
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            common.push(b',');
+        }
+        common.extend_from_slice(item.as_bytes());
+    }
     common.extend_from_slice(API_VERSION.as_bytes());
     let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
     hash.update(&common);

@@ -97,7 +97,11 @@ impl RenderCache {
         let items = self.aggregated(&entries, &groups);
         self.versions
             .retain(entries.iter().map(|e| e.svc.name.as_str()));
-        let [v2, v2beta1] = super::aggregated_docs(&items);
+        let own = apiregistration().1.as_str();
+        let parts: Vec<&str> = std::iter::once(own)
+            .chain(items.iter().map(|t| &**t))
+            .collect();
+        let [v2, v2beta1] = super::aggregated_docs(&parts);
         Documents {
             key,
             apis: [legacy, v2, v2beta1],
@@ -110,7 +114,7 @@ impl RenderCache {
         self.api.get_or_init(|| {
             let api = json!({"kind": "APIVersions", "versions": [],
                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]});
-            let [v2, v2beta1] = super::aggregated_docs("");
+            let [v2, v2beta1] = super::aggregated_docs(&[]);
             Arc::new([Doc::new(&api, JSON), v2, v2beta1])
         })
     }
@@ -174,8 +178,8 @@ impl RenderCache {
         (Doc::from_text(text, JSON), docs)
     }
 
-    /// The comma-joined items of the aggregated list.
-    fn aggregated(&self, entries: &[Entry<'_>], groups: &[Vec<usize>]) -> String {
+    /// The group items of the aggregated list, in its order.
+    fn aggregated(&self, entries: &[Entry<'_>], groups: &[Vec<usize>]) -> Vec<Arc<str>> {
         let top = |members: &[usize]| {
             members
                 .iter()
@@ -232,12 +236,7 @@ impl RenderCache {
             let names: HashSet<&str> = ordered.iter().map(|(n, _, _)| *n).collect();
             cache.retain(|k, _| names.contains(k.as_str()));
         }
-        let own = apiregistration().1.as_str();
-        splice(
-            "",
-            std::iter::once(own).chain(texts.iter().map(|t| &**t)),
-            "",
-        )
+        texts
     }
 }
 
