@@ -149,7 +149,7 @@ impl DelegateDiscovery {
                 .get(KEY, backend, &path, accept, cycle, timeout)
                 .await
         };
-        let groups = match self.groups(backend, cycle, timeout).await {
+        let groups = match self.groups(backend, &old, cycle, timeout).await {
             Ok(groups) => Some(groups),
             Err(e) => {
                 tracing::warn!(error = %e, "delegate discovery (/apis) not refreshed; its groups stay as last seen, Stale");
@@ -205,10 +205,12 @@ impl DelegateDiscovery {
     }
 
     /// The delegate's group versions: from its aggregated `/apis`, else from its APIGroupList
-    /// and each version's APIResourceList.
+    /// and each version's APIResourceList (a version whose list could not be fetched keeps
+    /// the one `old` has).
     async fn groups(
         &self,
         backend: &Backend,
+        old: &Known,
         cycle: u64,
         timeout: Duration,
     ) -> Result<Vec<Fetched>, FetchError> {
@@ -241,14 +243,23 @@ impl DelegateDiscovery {
                     continue;
                 };
                 let path = format!("/apis/{name}/{version}");
-                let resources = match self
+                let fetched = self
                     .fetcher
                     .get(KEY, backend, &path, JSON, cycle, timeout)
-                    .await?
-                    .as_ref()
-                {
-                    Answer::Legacy(doc) if doc["kind"] == "APIResourceList" => Some(doc.clone()),
-                    _ => None,
+                    .await;
+                let resources = match fetched.as_deref() {
+                    Ok(Answer::Legacy(doc)) if doc["kind"] == "APIResourceList" => {
+                        Some(doc.clone())
+                    }
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "delegate {path} not refreshed");
+                        let name = format!("{version}.{name}");
+                        old.versions
+                            .iter()
+                            .find(|b| b.svc.name == name)
+                            .and_then(|b| b.state.resources.clone())
+                    }
                 };
                 out.push(Fetched {
                     group: name.to_string(),

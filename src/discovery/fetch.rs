@@ -5,6 +5,7 @@
 //! however many APIServices share the backend.
 
 use crate::proxy::{Backend, FetchError};
+use http::StatusCode;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -104,8 +105,8 @@ impl std::fmt::Debug for Fetcher {
 impl Fetcher {
     /// `path` of `backend` (known as `key`) with `accept`: the cached answer when it was
     /// already confirmed in `cycle`, else asked again with `If-None-Match`. A backend that
-    /// answers with an error status has no discovery there (`Legacy(Null)`); one that cannot
-    /// be reached is an error, and the caller keeps what it knew.
+    /// answers 404 or 406 has no discovery there (`Legacy(Null)`); any other failure (not
+    /// reachable, another status, a bad body) is an error, and the caller keeps what it knew.
     pub async fn get(
         &self,
         key: &str,
@@ -137,7 +138,10 @@ impl Fetcher {
                 None => (Arc::new(Answer::Legacy(Arc::new(Value::Null))), None),
             },
             Ok(Some((body, etag))) => (Arc::new(parse(&body)), etag),
-            Err(FetchError::Status { .. }) => {
+            // As upstream: no discovery there, or not in a form we asked for.
+            Err(FetchError::Status { status, .. })
+                if status == StatusCode::NOT_FOUND || status == StatusCode::NOT_ACCEPTABLE =>
+            {
                 (Arc::new(Answer::Legacy(Arc::new(Value::Null))), None)
             }
             Err(e) => return Err(e),
