@@ -16,7 +16,8 @@
 //! - [`availability`]: the controller checking each APIService's backend.
 //! - [`discovery`]: the ordering rules, the `/api`, `/apis`, `/apis/<group>` documents (merged
 //!   from the registry, the backends' own aggregated discovery and the delegate's groups), OpenAPI.
-//! - [`proxy`]: backend connections, identity headers, forwarding and streaming.
+//! - [`proxy`]: backend connections (endpoint balancing, ejection, retry, h1/h2 pooling in
+//!   `proxy::pool`), identity headers, forwarding and streaming.
 //! - [`gateway`]: the request pipeline tying the above together.
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
 //! - [`metrics`]: Prometheus families.
