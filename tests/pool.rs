@@ -164,3 +164,20 @@ async fn watches_open_another_h2_connection_past_the_stream_cap() {
         .collect();
     assert_eq!(remotes.len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_the_backend_closed_is_replaced_without_an_error() {
+    let s = World::single(|_| {}).await;
+    let c = s.w.client(Some("alice"));
+    let path = "/apis/a.example.com/v1/namespaces/n/things";
+    assert_eq!(c.get(s.gw.addr, path).await.status, 200);
+    // The backend restarts: the gateway's idle keep-alive connection to it is now closed.
+    let addr = s.echo.stop();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let echo = s.w.restart("a", &Echo::placeholder(addr, HOST)).await;
+    for _ in 0..5 {
+        let a = c.get(s.gw.addr, path).await;
+        assert_eq!(a.status, 200, "{:?}", a.body);
+    }
+    assert_eq!(echo.requests().len(), 5);
+}

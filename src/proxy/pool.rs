@@ -555,3 +555,58 @@ impl http_body::Body for PooledBody {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
+        (0..n)
+            .map(|i| Arc::new(Endpoint::new(([127, 0, 0, 1], 1000 + i as u16).into())))
+            .collect()
+    }
+
+    #[test]
+    fn two_choices_take_the_endpoint_with_fewer_in_flight() {
+        let list = endpoints(2);
+        list[0].in_flight.store(5, Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_eq!(pick(&list, &[]), Some(1));
+        }
+        list[1].in_flight.store(9, Ordering::Relaxed);
+        assert_eq!(pick(&list, &[]), Some(0));
+    }
+
+    #[test]
+    fn ejected_and_tried_endpoints_are_skipped_until_none_is_left() {
+        let list = endpoints(3);
+        list[0].eject();
+        for _ in 0..100 {
+            assert_ne!(pick(&list, &[]), Some(0));
+            assert_eq!(pick(&list, &[1]), Some(2));
+        }
+        // Every untried endpoint ejected: try one anyway rather than fail unseen.
+        list[2].eject();
+        assert!(matches!(pick(&list, &[1]), Some(0 | 2)));
+        assert_eq!(pick(&list, &[0, 1, 2]), None);
+    }
+
+    #[test]
+    fn ejection_doubles_and_is_capped() {
+        let e = Endpoint::new(([127, 0, 0, 1], 1).into());
+        let until = |e: &Endpoint| {
+            lock(&e.ejected_until)
+                .map(|t| t.saturating_duration_since(Instant::now()))
+                .unwrap_or_default()
+        };
+        e.eject();
+        assert!(until(&e) <= EJECT_BASE);
+        e.eject();
+        assert!(until(&e) > EJECT_BASE && until(&e) <= 2 * EJECT_BASE);
+        for _ in 0..10 {
+            e.eject();
+        }
+        assert!(until(&e) > EJECT_MAX / 2 && until(&e) <= EJECT_MAX);
+        assert!(e.ejected(Instant::now()));
+    }
+}
