@@ -328,8 +328,29 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         d.api_aggregated = Some(aggregated_list(serde_json::json!([
             {"metadata": {"name": ""}, "versions": [entry("", "v1", "pods", "Pod")]}
         ])));
+        d.documents.insert(
+            "/openapi/v2".into(),
+            serde_json::json!({"swagger": "2.0",
+                "paths": {"/apis/apps/v1/deployments": {"get": {}}},
+                "definitions": {"io.k8s.api.apps.v1.Deployment": {"type": "object"}}}),
+        );
+        d.documents.insert(
+            "/openapi/v3".into(),
+            serde_json::json!({"paths": {
+                "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=C0"},
+                "apis/apps/v1": {"serverRelativeURL": "/openapi/v3/apis/apps/v1?hash=A1"},
+                "apis/a.example.com/v1": {"serverRelativeURL": "/openapi/v3/apis/a.example.com/v1?hash=IMPOSTOR"}}}),
+        );
+        d.documents.insert(
+            "/openapi/v3/apis/apps/v1".into(),
+            serde_json::json!({"openapi": "3.0.0", "paths": {"/apis/apps/v1/deployments": {}}}),
+        );
     }
     let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    echo.discovery.lock().unwrap().documents.insert(
+        "/openapi/v3".into(),
+        serde_json::json!({"paths": {"apis/a.example.com/v1": {"serverRelativeURL": "/openapi/v3/apis/a.example.com/v1?hash=REAL"}}}),
+    );
     w.register(
         "a.json",
         "a.example.com",
@@ -413,6 +434,33 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         version_of(&core, "", "v1").unwrap()["resources"][0]["resource"],
         "pods"
     );
+
+    // OpenAPI: the delegate's spec is merged into v2; its v3 entries join the index (the
+    // registered APIService's own entry wins) and their URLs reach the delegate.
+    let merged = eventually(5, || async {
+        let v2 = c.get(gw.addr, "/openapi/v2").await.json();
+        let v3 = c.get(gw.addr, "/openapi/v3").await.json();
+        v2["paths"].get("/apis/apps/v1/deployments").is_some()
+            && v3["paths"].get("api/v1").is_some()
+    })
+    .await;
+    assert!(merged, "the delegate's OpenAPI was not merged");
+    let v2 = c.get(gw.addr, "/openapi/v2").await.json();
+    assert!(v2["definitions"]
+        .get("io.k8s.api.apps.v1.Deployment")
+        .is_some());
+    let v3 = c.get(gw.addr, "/openapi/v3").await.json();
+    assert_eq!(
+        v3["paths"]["apis/apps/v1"]["serverRelativeURL"],
+        "/openapi/v3/apis/apps/v1?hash=A1"
+    );
+    assert_eq!(
+        v3["paths"]["apis/a.example.com/v1"]["serverRelativeURL"],
+        "/openapi/v3/apis/a.example.com/v1?hash=REAL"
+    );
+    let apps = c.get(gw.addr, "/openapi/v3/apis/apps/v1?hash=A1").await;
+    assert_eq!(apps.status, 200);
+    assert_eq!(apps.json()["openapi"], "3.0.0");
 }
 
 #[tokio::test(flavor = "multi_thread")]

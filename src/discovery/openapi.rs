@@ -1,6 +1,8 @@
-//! OpenAPI served by the gateway: `/openapi/v2`, the merged Swagger 2.0 spec of every backend,
-//! and `/openapi/v3`, the index of per group-version documents (`apis/<group>/<version>`) whose
-//! documents are proxied from the APIService's backend. Specs are fetched as the gateway
+//! OpenAPI served by the gateway: `/openapi/v2`, the merged Swagger 2.0 spec of the delegate
+//! (`--delegate-url`, first, as upstream merges its local specs first) and every backend, and
+//! `/openapi/v3`, the index of per group-version documents (`apis/<group>/<version>`) whose
+//! documents are proxied from the APIService's backend (the delegate's entries from the
+//! delegate). Specs are fetched as the gateway
 //! itself, once per distinct backend, on registry and availability changes and every minute;
 //! a backend that cannot answer keeps its last good spec.
 
@@ -16,6 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const REFRESH: Duration = Duration::from_secs(60);
+/// The key of the delegate's specs among the backends' (backend keys are `https://` URLs).
+const DELEGATE: &str = "delegate";
 const MAX_SPEC_BYTES: usize = 64 << 20;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,7 +43,7 @@ impl Default for OpenApi {
     fn default() -> Self {
         Self {
             v2: ArcSwap::from_pointee(Doc::new(&merge_v2(std::iter::empty()), JSON)),
-            v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty()), JSON)),
+            v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty(), None), JSON)),
             fetched: Mutex::default(),
         }
     }
@@ -103,6 +107,9 @@ impl OpenApi {
                 backends.entry(b.url("")).or_insert(b);
             }
         }
+        if let Some(delegate) = proxy.delegate() {
+            backends.insert(DELEGATE.to_string(), delegate.clone());
+        }
         let previous = self
             .fetched
             .lock()
@@ -136,15 +143,26 @@ impl OpenApi {
                 order.push((svc, f));
             }
         }
+        let delegate = proxy
+            .delegate()
+            .and_then(|_| by_backend.get(DELEGATE).copied());
+        let delegate_v2 = delegate
+            .and_then(|f| f.v2.as_ref())
+            .map(|(v, _)| v.as_ref());
         let v2 = merge_v2(
-            order
-                .iter()
-                .filter_map(|(_, f)| f.v2.as_ref().map(|(v, _)| v.as_ref())),
+            delegate_v2.into_iter().chain(
+                order
+                    .iter()
+                    .filter_map(|(_, f)| f.v2.as_ref().map(|(v, _)| v.as_ref())),
+            ),
         );
         let v3 = merge_v3_index(
             order
                 .iter()
                 .filter_map(|(s, f)| f.v3.as_ref().map(|(v, _)| (*s, v.as_ref()))),
+            delegate
+                .and_then(|f| f.v3.as_ref())
+                .map(|(v, _)| v.as_ref()),
         );
         store(&self.v2, &v2);
         store(&self.v3, &v3);
@@ -220,13 +238,22 @@ pub fn merge_v2<'a>(specs: impl Iterator<Item = &'a Value>) -> Value {
 }
 
 /// The v3 index: for each APIService, its own `apis/<group>/<version>` entry from its
-/// backend's index.
-pub fn merge_v3_index<'a>(indexes: impl Iterator<Item = (&'a ApiService, &'a Value)>) -> Value {
+/// backend's index; then every entry of the delegate's index no APIService claimed (their
+/// URLs lead back to the gateway, which forwards them to the delegate).
+pub fn merge_v3_index<'a>(
+    indexes: impl Iterator<Item = (&'a ApiService, &'a Value)>,
+    delegate: Option<&Value>,
+) -> Value {
     let mut paths = Map::new();
     for (svc, index) in indexes {
         let key = format!("apis/{}/{}", svc.group, svc.version);
         if let Some(entry) = index["paths"].get(&key) {
             paths.entry(key).or_insert_with(|| entry.clone());
+        }
+    }
+    if let Some(entries) = delegate.and_then(|d| d["paths"].as_object()) {
+        for (key, entry) in entries {
+            paths.entry(key.clone()).or_insert_with(|| entry.clone());
         }
     }
     json!({"paths": paths})
@@ -254,7 +281,7 @@ mod tests {
                      "service": {"name": "s", "namespace": "n"}}})).unwrap();
         let index = json!({"paths": {"apis/a.example.com/v1": {"serverRelativeURL": "/openapi/v3/apis/a.example.com/v1?hash=AB"},
                                       "apis/other.example.com/v1": {"serverRelativeURL": "/x"}}});
-        let m = merge_v3_index([(&svc, &index)].into_iter());
+        let m = merge_v3_index([(&svc, &index)].into_iter(), None);
         assert_eq!(m["paths"].as_object().unwrap().len(), 1);
         assert_eq!(
             m["paths"]["apis/a.example.com/v1"]["serverRelativeURL"],

@@ -442,6 +442,8 @@ pub struct EchoDiscovery {
     pub api_aggregated: Option<serde_json::Value>,
     pub api_legacy: Option<serde_json::Value>,
     pub core: Option<serde_json::Value>,
+    /// Other JSON documents by path (`/openapi/v2`, `/openapi/v3`, ...).
+    pub documents: std::collections::HashMap<String, serde_json::Value>,
 }
 
 impl EchoDiscovery {
@@ -453,7 +455,12 @@ impl EchoDiscovery {
             "/apis" | "/apis/" => (&self.apis_aggregated, &self.apis_legacy),
             "/api" | "/api/" => (&self.api_aggregated, &self.api_legacy),
             "/api/v1" => return self.core.clone().map(|c| (c, "application/json")),
-            _ => return None,
+            other => {
+                return self
+                    .documents
+                    .get(other)
+                    .map(|d| (d.clone(), "application/json"))
+            }
         };
         match (agg, legacy) {
             (Some(a), _) if aggregated => Some((a.clone(), v2)),
