@@ -73,6 +73,11 @@ pub struct Flags {
     /// CA bundle to verify the delegate's serving certificate.
     #[arg(long)]
     pub delegate_ca_file: Option<PathBuf>,
+    /// Reach the delegate by impersonation: this file's bearer token (the gateway's own
+    /// account; re-read when it changes) with Impersonate-* headers naming the user, instead
+    /// of the proxy client certificate and X-Remote-* headers.
+    #[arg(long)]
+    pub delegate_impersonation_token_file: Option<PathBuf>,
     /// Cluster mode with this kubeconfig: APIServices, Services and EndpointSlices from the
     /// cluster, TokenReview for bearer tokens, status written back.
     #[arg(long)]
@@ -178,6 +183,7 @@ struct File {
     service_ca_file: Option<PathBuf>,
     delegate_url: Option<String>,
     delegate_ca_file: Option<PathBuf>,
+    delegate_impersonation_token_file: Option<PathBuf>,
     kubeconfig: Option<PathBuf>,
     #[serde(default)]
     cluster_mode: bool,
@@ -298,6 +304,8 @@ pub struct Delegate {
     pub host: String,
     pub port: u16,
     pub ca_file: Option<PathBuf>,
+    /// Reach the delegate by impersonation with the bearer token in this file.
+    pub impersonation_token_file: Option<PathBuf>,
 }
 
 /// The validated configuration of a gateway.
@@ -590,6 +598,15 @@ fn merge(
         path_setting(&flags.delegate_ca_file, file.delegate_ca_file, base),
         false,
     );
+    let delegate_token = required_file(
+        "delegate-impersonation-token-file",
+        path_setting(
+            &flags.delegate_impersonation_token_file,
+            file.delegate_impersonation_token_file,
+            base,
+        ),
+        false,
+    );
     let (apiservice_dir, dir_from_file) =
         path_setting(&flags.apiservice_dir, file.apiservice_dir, base);
 
@@ -682,6 +699,7 @@ fn merge(
                 host,
                 port,
                 ca_file: delegate_ca,
+                impersonation_token_file: delegate_token,
             }),
             Err(m) => {
                 later("--delegate-url".into(), format!("{url}: {m}"));

@@ -366,6 +366,7 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),
+        impersonation_token_file: None,
     });
     cfg.availability_interval = Duration::from_millis(300);
     let gw = w.gateway(cfg).await;
@@ -488,6 +489,7 @@ async fn a_legacy_only_delegate_is_merged_from_its_resource_lists() {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),
+        impersonation_token_file: None,
     });
     let gw = w.gateway(cfg).await;
     let c = w.client(Some("alice"));

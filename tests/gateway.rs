@@ -382,3 +382,59 @@ async fn manifests_hot_reload_and_a_bad_file_keeps_the_last_good_registry() {
         .await
         .assert_status(404);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_delegate_by_impersonation_gets_the_gateways_token_and_impersonate_headers() {
+    let w = World::new();
+    let main = w
+        .backend("main", "kubernetes", "default", &w.addon_ca, None)
+        .await;
+    let token = w.pki.path("delegate-token");
+    std::fs::write(&token, "gw-token-1\n").unwrap();
+    let mut cfg = w.config(&[(&main, main.addr)]);
+    cfg.delegate = Some(apigw::config::Delegate {
+        host: main.host.clone(),
+        port: 443,
+        ca_file: Some(w.pki.path("addon-ca.crt")),
+        impersonation_token_file: Some(token.clone()),
+    });
+    let gw = w.gateway(cfg).await;
+    let alice = w.client(Some("alice"));
+    let spoofed = Request::get("/api/v1/namespaces")
+        .header("Impersonate-User", "system:admin")
+        .header("X-Remote-User", "mallory")
+        .header("Authorization", "Bearer alices-own")
+        .body(Bytes::new())
+        .unwrap();
+    alice.send(gw.addr, spoofed).await;
+    let last = |path: &str| {
+        main.all_requests()
+            .into_iter()
+            .rev()
+            .find(|r| r["path"] == path)
+            .expect("the delegate saw the request")
+    };
+    let seen = last("/api/v1/namespaces");
+    assert_eq!(seen_header(&seen, "authorization"), ["Bearer gw-token-1"]);
+    assert_eq!(seen_header(&seen, "impersonate-user"), ["alice"]);
+    assert_eq!(
+        seen_header(&seen, "impersonate-group"),
+        ["team-a", "team-b", "system:authenticated"]
+    );
+    assert!(seen_header(&seen, "x-remote-user").is_empty());
+    // The token is the gateway's credential: no proxy client certificate besides it.
+    assert!(seen["peer_cn"].is_null());
+    // The gateway's own discovery requests use the token and impersonate nobody.
+    let own = last("/apis");
+    assert_eq!(seen_header(&own, "authorization"), ["Bearer gw-token-1"]);
+    assert!(seen_header(&own, "impersonate-user").is_empty());
+
+    // A rotated token (as a projected service account token is) applies without a restart.
+    std::fs::write(&token, "gw-token-2").unwrap();
+    let rotated = eventually(10, || async {
+        alice.get(gw.addr, "/api/v1/pods").await;
+        seen_header(&last("/api/v1/pods"), "authorization") == ["Bearer gw-token-2"]
+    })
+    .await;
+    assert!(rotated, "the rotated token was not used");
+}

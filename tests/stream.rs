@@ -108,6 +108,7 @@ async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config:
             host: HOST.into(),
             port: 443,
             ca_file: Some(world.pki.path("addon-ca.crt")),
+            impersonation_token_file: None,
         });
     }
     tweak(&mut cfg);

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::discovery;
 use crate::errors::{json_response, Status};
 use crate::metrics::Metrics;
-use crate::proxy::{Proxy, ProxySettings, Resolver};
+use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
 use crate::server::ConnInfo;
 use crate::tls::{self, ReloadingCert};
@@ -132,7 +132,12 @@ impl Gateway {
                     Some(path) => tls::load_certs(path)?,
                     None => default_roots.clone(),
                 };
-                Some((d.host.clone(), d.port, cas))
+                Some(DelegateSettings {
+                    host: d.host.clone(),
+                    port: d.port,
+                    cas,
+                    impersonation_token_file: d.impersonation_token_file.clone(),
+                })
             }
             None => None,
         };
@@ -584,6 +589,16 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
     if !cas.is_empty() {
         crate::reload::watch_files("client CA", cas, PERIOD, move || {
             g.certs.reload().map_err(|e| e.to_string())
+        });
+    }
+    if let Some(path) = gateway
+        .proxy
+        .delegate_token_file()
+        .map(std::path::Path::to_path_buf)
+    {
+        let g = gateway.clone();
+        crate::reload::watch_files("delegate token", vec![path], PERIOD, move || {
+            g.proxy.reload_delegate_token()
         });
     }
     if let Some(path) = gateway.authz.policy_file().cloned() {

@@ -67,7 +67,25 @@ pub struct Forwarded<'a> {
     pub identity: &'a Identity,
     pub client_ip: IpAddr,
     pub original_host: Option<HeaderValue>,
+    /// Impersonation instead of `X-Remote-*`: this `Authorization` value (the gateway's own
+    /// bearer token) with `Impersonate-*` headers naming the user.
+    pub impersonate_with: Option<&'a HeaderValue>,
 }
+
+/// The user, uid, group and extra-prefix headers of the requestheader scheme.
+const REQUEST_HEADER: [&str; 4] = [
+    "x-remote-user",
+    "x-remote-uid",
+    "x-remote-group",
+    "x-remote-extra-",
+];
+/// The same for impersonation.
+const IMPERSONATE: [&str; 4] = [
+    "impersonate-user",
+    "impersonate-uid",
+    "impersonate-group",
+    "impersonate-extra-",
+];
 
 /// Strips, then sets, the identity and forwarding headers.
 pub fn set_identity(
@@ -90,15 +108,22 @@ pub fn set_identity(
     headers.remove(header::HOST);
 
     let id = fwd.identity;
-    append(headers, "x-remote-user", &id.user);
-    if let Some(uid) = &id.uid {
-        append(headers, "x-remote-uid", uid);
+    let [user, uid, group, extra] = match fwd.impersonate_with {
+        Some(token) => {
+            headers.insert(header::AUTHORIZATION, token.clone());
+            IMPERSONATE
+        }
+        None => REQUEST_HEADER,
+    };
+    append(headers, user, &id.user);
+    if let Some(value) = &id.uid {
+        append(headers, uid, value);
     }
-    for group in &id.groups {
-        append(headers, "x-remote-group", group);
+    for value in &id.groups {
+        append(headers, group, value);
     }
     for (key, values) in &id.extra {
-        let name = format!("x-remote-extra-{}", escape_extra_key(key));
+        let name = format!("{extra}{}", escape_extra_key(key));
         for value in values {
             append(headers, &name, value);
         }
@@ -193,6 +218,7 @@ mod tests {
             identity: &id,
             client_ip: "192.0.2.7".parse().unwrap(),
             original_host: Some(HeaderValue::from_static("gw.example.com")),
+            impersonate_with: None,
         };
         set_identity(&mut h, &fwd, &|_| false);
         let all =
@@ -223,6 +249,7 @@ mod tests {
             identity: &id,
             client_ip: "::1".parse().unwrap(),
             original_host: None,
+            impersonate_with: None,
         };
         set_identity(&mut h, &fwd, &|_| false);
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
@@ -238,6 +265,7 @@ mod tests {
             identity: &id,
             client_ip: "::1".parse().unwrap(),
             original_host: None,
+            impersonate_with: None,
         };
         set_identity(&mut h, &fwd, &|n| n == "x-custom-user");
         assert!(h.get("x-custom-user").is_none());
@@ -297,7 +325,7 @@ mod tests {
             let Ok(name) = HeaderName::from_bytes(raw.as_bytes()) else { return Ok(()) };
             h.insert(name, HeaderValue::from_static("mallory"));
             let id = Identity::new("alice", vec!["g".into()]);
-            let fwd = Forwarded { identity: &id, client_ip: "::1".parse().unwrap(), original_host: None };
+            let fwd = Forwarded { identity: &id, client_ip: "::1".parse().unwrap(), original_host: None, impersonate_with: None };
             set_identity(&mut h, &fwd, &|_| false);
             for (k, v) in &h {
                 let dashed = k.as_str().replace('_', "-");

@@ -16,6 +16,7 @@ use crate::body::{self, Body};
 use crate::errors::{chain, Status};
 use crate::registry::ApiService;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
+use arc_swap::ArcSwap;
 use connector::Connector;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
@@ -65,6 +66,27 @@ pub struct Backend {
     /// A new connection for every request: the gateway's own checks must prove that the
     /// service resolves, accepts and verifies now, not that an old connection still works.
     probe_client: Client<Connector, Body>,
+    /// The delegate reached by impersonation: its token file and `Authorization` value.
+    impersonate_with: Option<(std::path::PathBuf, ArcSwap<HeaderValue>)>,
+}
+
+/// `Bearer <token>` from a token file (surrounding whitespace trimmed).
+fn bearer(path: &std::path::Path) -> Result<HeaderValue, Status> {
+    let unusable = |why: String| {
+        Status::service_unavailable(format!(
+            "delegate impersonation token file {}: {why}",
+            path.display()
+        ))
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| unusable(e.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(unusable("empty".into()));
+    }
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| unusable("not a valid token".into()))?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 /// Shared proxy state.
@@ -89,8 +111,7 @@ pub struct ProxySettings {
     pub resolver: Resolver,
     pub proxy_cert: Option<ProxyClientCert>,
     pub default_roots: Vec<CertificateDer<'static>>,
-    /// `(host, port, CA certificates)` of the delegate API server.
-    pub delegate: Option<(String, u16, Vec<CertificateDer<'static>>)>,
+    pub delegate: Option<DelegateSettings>,
     pub extra_identity_headers: Vec<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
@@ -101,23 +122,43 @@ pub struct ProxySettings {
     pub max_body: Option<usize>,
 }
 
+/// The delegate API server.
+pub struct DelegateSettings {
+    pub host: String,
+    pub port: u16,
+    /// Trusted for its serving certificate.
+    pub cas: Vec<CertificateDer<'static>>,
+    /// Reach it by impersonation: the gateway's bearer token (from this file, re-read by
+    /// [`Proxy::reload_delegate_token`]) and `Impersonate-*` headers, without the proxy client
+    /// certificate. None: the proxy client certificate and `X-Remote-*` headers.
+    pub impersonation_token_file: Option<std::path::PathBuf>,
+}
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Proxy {
     pub fn new(settings: ProxySettings) -> Result<Self, Status> {
         let resolver = Arc::new(settings.resolver);
         let delegate = match settings.delegate {
-            Some((host, port, cas)) => Some(Arc::new(Backend::new(
-                BackendKey {
-                    host,
-                    port,
-                    ca_bundle: Vec::new(),
-                    insecure: false,
-                },
-                Trust::Roots(&cas),
-                settings.proxy_cert.clone(),
-                resolver.clone(),
-            )?)),
+            Some(d) => {
+                let token = match &d.impersonation_token_file {
+                    Some(path) => Some((path.clone(), ArcSwap::from_pointee(bearer(path)?))),
+                    None => None,
+                };
+                let mut backend = Backend::new(
+                    BackendKey {
+                        host: d.host,
+                        port: d.port,
+                        ca_bundle: Vec::new(),
+                        insecure: false,
+                    },
+                    Trust::Roots(&d.cas),
+                    settings.proxy_cert.clone().filter(|_| token.is_none()),
+                    resolver.clone(),
+                )?;
+                backend.impersonate_with = token;
+                Some(Arc::new(backend))
+            }
             None => None,
         };
         Ok(Self {
@@ -146,6 +187,27 @@ impl Proxy {
     /// Resolves a service name as connections will (static entries, then DNS).
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectError> {
         self.resolver.resolve(host, port).await
+    }
+
+    /// Reads the delegate's impersonation token file again; an empty or unreadable file keeps
+    /// the old token.
+    pub fn reload_delegate_token(&self) -> Result<(), String> {
+        if let Some((path, token)) = self
+            .delegate
+            .as_ref()
+            .and_then(|d| d.impersonate_with.as_ref())
+        {
+            token.store(Arc::new(bearer(path).map_err(|s| s.message().to_string())?));
+        }
+        Ok(())
+    }
+
+    /// The delegate's impersonation token file, when it is reached by impersonation.
+    pub fn delegate_token_file(&self) -> Option<&std::path::Path> {
+        self.delegate
+            .as_ref()
+            .and_then(|d| d.impersonate_with.as_ref())
+            .map(|(path, _)| path.as_path())
     }
 
     /// The delegate API server, if one is configured.
@@ -300,6 +362,7 @@ impl Backend {
             probe_client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
                 .build(probe),
+            impersonate_with: None,
         })
     }
 
@@ -339,10 +402,12 @@ impl Backend {
         };
         parts.version = Version::HTTP_11;
         remove_hop_by_hop(&mut parts.headers, upgrade);
+        let token = self.impersonate_with.as_ref().map(|(_, t)| t.load());
         let fwd = Forwarded {
             identity,
             client_ip: client.ip(),
             original_host,
+            impersonate_with: token.as_deref().map(|t| t.as_ref()),
         };
         set_identity(&mut parts.headers, &fwd, is_extra);
         // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
@@ -482,13 +547,23 @@ impl Backend {
             if let Some(tag) = if_none_match.and_then(|t| HeaderValue::from_str(t).ok()) {
                 req.headers_mut().insert(header::IF_NONE_MATCH, tag);
             }
-            let fwd = Forwarded {
-                identity: &gateway_identity(),
-                client_ip: [127, 0, 0, 1].into(),
-                original_host: None,
-            };
-            set_identity(req.headers_mut(), &fwd, &|_| false);
-            req.headers_mut().remove("x-forwarded-for");
+            match &self.impersonate_with {
+                // Its own requests go as the gateway's account, impersonating nobody.
+                Some((_, token)) => {
+                    req.headers_mut()
+                        .insert(header::AUTHORIZATION, (**token.load()).clone());
+                }
+                None => {
+                    let fwd = Forwarded {
+                        identity: &gateway_identity(),
+                        client_ip: [127, 0, 0, 1].into(),
+                        original_host: None,
+                        impersonate_with: None,
+                    };
+                    set_identity(req.headers_mut(), &fwd, &|_| false);
+                    req.headers_mut().remove("x-forwarded-for");
+                }
+            }
             let res = self.probe_client.request(req).await.map_err(|e| {
                 FetchError::Unreachable(
                     std::error::Error::source(&e).map_or_else(|| e.to_string(), chain),
