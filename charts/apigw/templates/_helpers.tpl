@@ -89,6 +89,11 @@ app.kubernetes.io/component: gateway
 {{- define "apigw.path.requestHeaderCa" -}}/etc/apigw/tls/requestheader-ca{{- end }}
 {{- define "apigw.path.serviceCa" -}}/etc/apigw/tls/service-ca{{- end }}
 {{- define "apigw.path.delegateCa" -}}/etc/apigw/tls/delegate-ca{{- end }}
+{{- define "apigw.path.delegateToken" -}}/var/run/secrets/apigw/delegate{{- end }}
+{{- /* "true" when the gateway reaches the delegate by impersonation with its own token. */}}
+{{- define "apigw.delegateImpersonation" -}}
+{{- with .Values.gateway.delegate }}{{ if and .enabled (eq .auth "impersonation") }}true{{ end }}{{ end }}
+{{- end }}
 {{- define "apigw.path.tokens" -}}/etc/apigw/tokens{{- end }}
 
 {{/* Secret names of the three certificates, per mode. */}}

@@ -355,8 +355,13 @@ def check_consistency(case: Case, docs: list[dict], config: dict) -> None:
         fail(case.name, f"{CLUSTER_MODE_KEY} in the config is {clustered}, the case expects {case.cluster_mode}")
     if clustered and (not automount or rbac != {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}):
         fail(case.name, f"cluster mode needs the token mounted and RBAC (automount={automount}, rbac={sorted(rbac)})")
-    if not clustered and (automount or rbac):
-        fail(case.name, f"manifests mode needs no API access (automount={automount}, rbac={sorted(rbac)})")
+    impersonating = "delegateImpersonationTokenFile" in config
+    if not clustered and automount:
+        fail(case.name, "manifests mode mounts no service account token")
+    if not clustered and rbac != ({"ClusterRole", "ClusterRoleBinding"} if impersonating else set()):
+        fail(case.name, f"manifests mode needs no API access but impersonation (rbac={sorted(rbac)})")
+    if impersonating:
+        check_impersonation(case, docs, pod, config["delegateImpersonationTokenFile"])
     if clustered:
         roles = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("ClusterRole", "Role")}
         rules = [(tuple(r.get("apiGroups", [])), tuple(r.get("resources", [])), set(r.get("verbs", [])))
@@ -377,6 +382,26 @@ def check_consistency(case: Case, docs: list[dict], config: dict) -> None:
         # Manifests mode: no APIService objects in the cluster; they are files in the ConfigMap.
         if by_kind(docs, "APIService"):
             fail(case.name, "APIService objects rendered in manifests mode")
+
+
+def check_impersonation(case: Case, docs: list[dict], pod: dict, token_file: str) -> None:
+    """The delegate by impersonation: a projected token where the config reads it, and RBAC to impersonate."""
+    directory, _, name = token_file.rpartition("/")
+    mounts = {m["mountPath"]: m["name"] for m in pod["spec"]["containers"][0].get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+    sources = volumes.get(mounts.get(directory, ""), {}).get("projected", {}).get("sources", [])
+    if not any(src.get("serviceAccountToken", {}).get("path") == name for src in sources):
+        fail(case.name, f"{token_file} is not a projected service account token")
+    rules = [r for d in by_kind(docs, "ClusterRole") for r in d.get("rules", []) if "impersonate" in r.get("verbs", [])]
+    for group, resource in [("", "users"), ("", "groups"), ("authentication.k8s.io", "uids"),
+                            ("authentication.k8s.io", "userextras/*")]:
+        if not any(group in r.get("apiGroups", []) and resource in r.get("resources", []) for r in rules):
+            fail(case.name, f"RBAC does not allow impersonating {resource}.{group}")
+    bound = {d["roleRef"]["name"] for d in by_kind(docs, "ClusterRoleBinding")
+             if any(s.get("name") == pod["spec"]["serviceAccountName"] for s in d.get("subjects", []))}
+    if not {d["metadata"]["name"] for d in by_kind(docs, "ClusterRole") if any(
+            "impersonate" in r.get("verbs", []) for r in d.get("rules", []))} & bound:
+        fail(case.name, "the impersonating ClusterRole is not bound to the gateway's service account")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,6 +462,11 @@ def materialize(case: Case, docs: list[dict], root: Path, pki: Path) -> dict[str
             continue
         if "emptyDir" in volume:
             where.mkdir(parents=True)
+            continue
+        if "projected" in volume and all("serviceAccountToken" in src for src in volume["projected"]["sources"]):
+            # What the kubelet writes: a token (a JWT in a real pod; any text does for `check`).
+            kubelet_write(where, {src["serviceAccountToken"]["path"]: b"chart-check-token\n"
+                                  for src in volume["projected"]["sources"]})
             continue
         if "configMap" in volume:
             kind, name, items = "ConfigMap", volume["configMap"]["name"], volume["configMap"].get("items")
