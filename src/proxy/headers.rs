@@ -7,15 +7,22 @@ use crate::authn::Identity;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+// Header names are constants, so the hot path never parses a name string.
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
 
 /// Removes hop-by-hop headers, including those named by `Connection`. With `upgrade`, keeps
@@ -33,7 +40,7 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
             headers.remove(&name);
         }
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     if upgrade {
@@ -72,20 +79,28 @@ pub struct Forwarded<'a> {
     pub impersonate_with: Option<&'a HeaderValue>,
 }
 
-/// The user, uid, group and extra-prefix headers of the requestheader scheme.
-const REQUEST_HEADER: [&str; 4] = [
-    "x-remote-user",
-    "x-remote-uid",
-    "x-remote-group",
-    "x-remote-extra-",
-];
+/// The user, uid and group headers and the extra-header prefix of one scheme.
+struct Names {
+    user: HeaderName,
+    uid: HeaderName,
+    group: HeaderName,
+    extra: &'static str,
+}
+
+/// The requestheader scheme.
+const REQUEST_HEADER: Names = Names {
+    user: HeaderName::from_static("x-remote-user"),
+    uid: HeaderName::from_static("x-remote-uid"),
+    group: HeaderName::from_static("x-remote-group"),
+    extra: "x-remote-extra-",
+};
 /// The same for impersonation.
-const IMPERSONATE: [&str; 4] = [
-    "impersonate-user",
-    "impersonate-uid",
-    "impersonate-group",
-    "impersonate-extra-",
-];
+const IMPERSONATE: Names = Names {
+    user: HeaderName::from_static("impersonate-user"),
+    uid: HeaderName::from_static("impersonate-uid"),
+    group: HeaderName::from_static("impersonate-group"),
+    extra: "impersonate-extra-",
+};
 
 /// Strips, then sets, the identity and forwarding headers.
 pub fn set_identity(
@@ -108,63 +123,75 @@ pub fn set_identity(
     headers.remove(header::HOST);
 
     let id = fwd.identity;
-    let [user, uid, group, extra] = match fwd.impersonate_with {
+    let names = match fwd.impersonate_with {
         Some(token) => {
             headers.insert(header::AUTHORIZATION, token.clone());
-            IMPERSONATE
+            &IMPERSONATE
         }
-        None => REQUEST_HEADER,
+        None => &REQUEST_HEADER,
     };
-    append(headers, user, &id.user);
+    append(headers, &names.user, &id.user);
     if let Some(value) = &id.uid {
-        append(headers, uid, value);
+        append(headers, &names.uid, value);
     }
     for value in &id.groups {
-        append(headers, group, value);
+        append(headers, &names.group, value);
     }
     for (key, values) in &id.extra {
-        let name = format!("{extra}{}", escape_extra_key(key));
-        for value in values {
-            append(headers, &name, value);
+        let name = format!("{}{}", names.extra, escape_extra_key(key));
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(name) => {
+                for value in values {
+                    append(headers, &name, value);
+                }
+            }
+            Err(_) => tracing::warn!(
+                header = name,
+                "identity value not representable as a header; dropped"
+            ),
         }
     }
 
-    let client = fwd.client_ip.to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) if !prior.trim().is_empty() => format!("{prior}, {client}"),
-        _ => client,
+    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prior) if !prior.trim().is_empty() => format!("{prior}, {}", fwd.client_ip),
+        _ => fwd.client_ip.to_string(),
     };
-    append_replace(headers, "x-forwarded-for", &xff);
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    // Replaces every prior value; from the String without copying it again.
+    match HeaderValue::try_from(xff) {
+        Ok(value) => {
+            headers.insert(X_FORWARDED_FOR, value);
+        }
+        Err(_) => {
+            headers.remove(&X_FORWARDED_FOR);
+            tracing::warn!(
+                header = X_FORWARDED_FOR.as_str(),
+                "identity value not representable as a header; dropped"
+            );
+        }
+    }
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
     match &fwd.original_host {
         Some(host) => {
-            headers.insert("x-forwarded-host", host.clone());
+            headers.insert(X_FORWARDED_HOST, host.clone());
         }
         None => {
-            headers.remove("x-forwarded-host");
+            headers.remove(&X_FORWARDED_HOST);
         }
     }
 }
 
-fn append(headers: &mut HeaderMap, name: &str, value: &str) {
-    // Names are built from fixed prefixes and escaped keys; values that are not valid header
-    // text (control characters) cannot be sent and are dropped rather than mangled.
-    if let (Ok(name), Ok(value)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value),
-    ) {
-        headers.append(name, value);
-    } else {
-        tracing::warn!(
-            header = name,
+fn append(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
+    // Values that are not valid header text (control characters) cannot be sent and are
+    // dropped rather than mangled.
+    match HeaderValue::from_str(value) {
+        Ok(value) => {
+            headers.append(name, value);
+        }
+        Err(_) => tracing::warn!(
+            header = name.as_str(),
             "identity value not representable as a header; dropped"
-        );
+        ),
     }
-}
-
-fn append_replace(headers: &mut HeaderMap, name: &'static str, value: &str) {
-    headers.remove(name);
-    append(headers, name, value);
 }
 
 /// Percent-encodes an extra key for use in a header name, as client-go does: token characters

@@ -18,6 +18,7 @@ use crate::registry::ApiService;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
 use connector::Connector;
+use http::uri::{PathAndQuery, Scheme};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -61,6 +62,8 @@ impl BackendKey {
 /// One backend: the name its certificate must carry, and its connections.
 pub struct Backend {
     key: BackendKey,
+    /// `<host>:<port>` of every outgoing URI, parsed once (or why it cannot be).
+    authority: Result<http::uri::Authority, String>,
     /// Requests from clients: balanced over the service's endpoints, pooled.
     pool: pool::Pool,
     /// A new connection for every request: the gateway's own checks must prove that the
@@ -356,8 +359,11 @@ impl Backend {
             resolver,
             connect_timeout: CONNECT_TIMEOUT,
         };
+        let authority = http::uri::Authority::try_from(format!("{}:{}", key.host, key.port))
+            .map_err(|e| e.to_string());
         Ok(Self {
             key,
+            authority,
             pool,
             probe_client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
@@ -366,15 +372,22 @@ impl Backend {
         })
     }
 
-    /// `https://<host>:<port>` followed by the request's path and query, byte for byte.
+    /// `https://<host>:<port>` followed by the request's path and query, byte for byte (the
+    /// original's bytes are shared, not copied or parsed again).
     fn uri(&self, original: &Uri) -> Result<Uri, Status> {
-        let pq = original.path_and_query().map_or("/", |pq| pq.as_str());
-        Uri::builder()
-            .scheme("https")
-            .authority(format!("{}:{}", self.key.host, self.key.port))
-            .path_and_query(pq)
-            .build()
-            .map_err(|e| Status::bad_request(format!("cannot forward {pq}: {e}")))
+        let pq = original
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let authority = self
+            .authority
+            .clone()
+            .map_err(|e| Status::bad_request(format!("cannot forward {}: {e}", pq.as_str())))?;
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTPS);
+        parts.authority = Some(authority);
+        parts.path_and_query = Some(pq);
+        Uri::from_parts(parts).map_err(|e| Status::bad_request(format!("cannot forward: {e}")))
     }
 
     async fn forward(
