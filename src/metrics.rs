@@ -4,8 +4,8 @@
 //! certificates in use. Rendered in the Prometheus text format at `/metrics`.
 
 use prometheus::{
-    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric family of the gateway.
@@ -16,7 +16,9 @@ pub struct Metrics {
     /// verb, group, version, resource
     pub latency: HistogramVec,
     /// kind: `long-running` or `short`
-    pub in_flight: IntGaugeVec,
+    in_flight: IntGaugeVec,
+    /// Its two series, looked up once (on first use, so a scrape shows the same as before).
+    in_flight_kinds: [std::sync::OnceLock<IntGauge>; 2],
     /// apiservice, kind (`unreachable`, `timeout`)
     pub backend_errors: IntCounterVec,
     /// name
@@ -97,6 +99,7 @@ impl Default for Metrics {
             requests,
             latency,
             in_flight,
+            in_flight_kinds: Default::default(),
             backend_errors,
             unavailable,
             unavailable_total,
@@ -106,6 +109,17 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The in-flight gauge of long-running or of short requests.
+    pub fn in_flight(&self, long_running: bool) -> &IntGauge {
+        let kind = if long_running {
+            "long-running"
+        } else {
+            "short"
+        };
+        self.in_flight_kinds[usize::from(long_running)]
+            .get_or_init(|| self.in_flight.with_label_values(&[kind]))
+    }
+
     /// The text exposition of every family.
     pub fn render(&self) -> String {
         TextEncoder::new()

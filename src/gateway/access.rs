@@ -8,6 +8,7 @@ use crate::authz::Attributes;
 use crate::body::{Body, BoxError};
 use crate::metrics::Metrics;
 use bytes::Bytes;
+use http::StatusCode;
 use http_body::{Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
@@ -19,28 +20,36 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 /// What is known of a request when its response head is ready.
 pub struct Record {
     pub metrics: Arc<Metrics>,
-    pub audit: Option<Arc<Auditor>>,
+    /// With an audit log only: what the audit event needs besides the rest.
+    pub audit: Option<Audit>,
     pub remote: std::net::SocketAddr,
     /// The identity the request acted as, once authenticated.
     pub identity: Option<Identity>,
     /// The authenticated user, when `identity` is an impersonated one.
     pub real: Option<Identity>,
     pub attrs: Attributes,
-    pub uri: String,
-    pub user_agent: Option<String>,
+    /// The APIService for the access line; computed only when the access log is enabled.
     pub apiservice: Option<String>,
-    pub code: u16,
+    pub status: StatusCode,
     pub long_running: bool,
     pub start: Instant,
-    pub received: std::time::SystemTime,
-    pub closing: CancellationToken,
+    /// For long-running requests: cancelled when the shutdown grace period is over.
+    pub closing: Option<CancellationToken>,
     /// Released when the response ends.
     pub _permit: Option<super::limits::Permit>,
 }
 
+/// The audit log and what only it records of a request.
+pub struct Audit {
+    pub auditor: Arc<Auditor>,
+    pub uri: String,
+    pub user_agent: Option<String>,
+    pub received: std::time::SystemTime,
+}
+
 impl Record {
     /// Counts the request and its time to the response head; the line is logged when `body` ends.
-    pub fn wrap(self, body: Body) -> Body {
+    pub fn wrap(mut self, body: Body) -> Body {
         let m = &self.metrics;
         let a = &self.attrs;
         let labels = [a.verb.as_str(), &a.group, &a.version, &a.resource];
@@ -50,32 +59,23 @@ impl Record {
                 labels[1],
                 labels[2],
                 labels[3],
-                &self.code.to_string(),
+                self.status.as_str(),
             ])
             .inc();
         m.latency
             .with_label_values(&labels)
             .observe(self.start.elapsed().as_secs_f64());
-        m.in_flight
-            .with_label_values(&[kind(self.long_running)])
-            .inc();
+        m.in_flight(self.long_running).inc();
         let closing = self
-            .long_running
-            .then(|| Box::pin(self.closing.clone().cancelled_owned()));
+            .closing
+            .take()
+            .map(|token| Box::pin(token.cancelled_owned()));
         http_body_util::BodyExt::boxed(Logged {
             inner: body,
             bytes: 0,
             closing,
             record: self,
         })
-    }
-}
-
-fn kind(long_running: bool) -> &'static str {
-    if long_running {
-        "long-running"
-    } else {
-        "short"
     }
 }
 
@@ -122,31 +122,28 @@ impl http_body::Body for Logged {
 impl Drop for Logged {
     fn drop(&mut self) {
         let r = &self.record;
-        r.metrics
-            .in_flight
-            .with_label_values(&[kind(r.long_running)])
-            .dec();
+        r.metrics.in_flight(r.long_running).dec();
         tracing::info!(
             target: "apigw::access",
             remote = %r.remote,
             user = r.identity.as_ref().map_or("", |i| i.user.as_str()),
             verb = %r.attrs.verb,
             path = %r.attrs.path,
-            code = r.code,
+            code = r.status.as_u16(),
             bytes = self.bytes,
             duration_ms = r.start.elapsed().as_secs_f64() * 1000.0,
             apiservice = r.apiservice.as_deref().unwrap_or(""),
         );
         if let Some(audit) = &r.audit {
-            audit.record(&crate::audit::Request {
+            audit.auditor.record(&crate::audit::Request {
                 attrs: &r.attrs,
-                uri: &r.uri,
+                uri: &audit.uri,
                 identity: r.identity.as_ref(),
                 real: r.real.as_ref(),
                 source: r.remote.ip(),
-                user_agent: r.user_agent.as_deref(),
-                code: r.code,
-                received: r.received,
+                user_agent: audit.user_agent.as_deref(),
+                code: r.status.as_u16(),
+                received: audit.received,
             });
         }
     }

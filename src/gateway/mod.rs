@@ -234,18 +234,22 @@ impl Gateway {
         if let Some(res) = self.public(&req) {
             return res;
         }
-        let received = std::time::SystemTime::now();
+        // Only the audit log needs these copies.
+        let audit = self.audit.as_ref().map(|auditor| access::Audit {
+            auditor: auditor.clone(),
+            received: std::time::SystemTime::now(),
+            uri: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
+            user_agent: req
+                .headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        });
         let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
         let long_running = is_long_running(&attrs, &req);
-        let uri = req
-            .uri()
-            .path_and_query()
-            .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
-        let user_agent = req
-            .headers()
-            .get(http::header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
         let permit = match self.limits.admit(remote.ip(), long_running) {
             Ok(permit) => permit,
             Err(status) => return retry_later(status),
@@ -274,24 +278,23 @@ impl Gateway {
                 (Some(identity), real, res)
             }
         };
-        let apiservice = (!attrs.group.is_empty())
-            .then(|| format!("{}.{}", attrs.version, attrs.group))
-            .filter(|name| self.registry.snapshot().get(name).is_some());
+        // Only the access line names the APIService.
+        let apiservice = (!attrs.group.is_empty()
+            && tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
+        .then(|| format!("{}.{}", attrs.version, attrs.group))
+        .filter(|name| self.registry.snapshot().get(name).is_some());
         let record = access::Record {
             metrics: self.metrics.clone(),
-            audit: self.audit.clone(),
+            audit,
             remote,
             identity,
             real,
             attrs,
-            uri,
-            user_agent,
             apiservice,
-            code: res.status().as_u16(),
+            status: res.status(),
             long_running,
             start,
-            received,
-            closing: self.closing.clone(),
+            closing: long_running.then(|| self.closing.clone()),
             _permit: Some(permit),
         };
         res.map(|body| record.wrap(body))

@@ -22,8 +22,9 @@ impl Gateway {
         identity: &Identity,
         remote: SocketAddr,
     ) -> Response<Body> {
-        let path = req.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // The URI's bytes are shared, not copied: `req` moves on while its path is still read.
+        let uri = req.uri().clone();
+        let segments: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
         let snapshot = self.registry.snapshot();
         let docs = || {
             let key = (snapshot.generation, self.availability.round());
