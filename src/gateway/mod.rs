@@ -317,8 +317,9 @@ impl Gateway {
         paths::check(req.uri().path()).map_err(refuse(None))?;
         let real = match self.authn.authenticate(req.headers(), peer) {
             Ok(id) => id,
-            Err(status) => self
-                .review_token(req.headers())
+            // Boxed (as is the SubjectAccessReview below): these network round trips are
+            // taken rarely, and would otherwise enlarge every request's future.
+            Err(status) => Box::pin(self.review_token(req.headers()))
                 .await
                 .ok_or(status)
                 .map_err(refuse(None))?,
@@ -329,7 +330,7 @@ impl Gateway {
             let mut message = crate::authz::forbidden_message(&identity, attrs);
             let mut allowed = false;
             if let (true, Some(sar)) = (self.authz.webhook(), self.access_reviewer.get()) {
-                match sar.review(&identity, attrs).await {
+                match Box::pin(sar.review(&identity, attrs)).await {
                     Ok(decision) => {
                         allowed = decision.allowed;
                         if !decision.reason.is_empty() {

@@ -309,16 +309,17 @@ impl Proxy {
         } else {
             identity
         };
-        let res = backend
-            .forward(
-                req,
-                identity,
-                client,
-                &is_extra,
-                &self.closing,
-                self.max_body,
-            )
-            .await;
+        // Boxed, so the futures of the gateway's handler (which await this one among many
+        // other routes) stay small, and are cheap to move and to keep for long-running requests.
+        let res = Box::pin(backend.forward(
+            req,
+            identity,
+            client,
+            &is_extra,
+            &self.closing,
+            self.max_body,
+        ))
+        .await;
         if res.extensions().get::<Unreachable>().is_some() {
             self.metrics
                 .backend_errors

@@ -250,7 +250,9 @@ impl Pool {
                         break (send, false);
                     }
                 }
-                None => match self.connect(endpoint, &self.h1_tls).await {
+                // Boxed: the rarely taken connect path (TCP, TLS and HTTP handshakes) would
+                // otherwise make every request's future as large as its own.
+                None => match Box::pin(self.connect(endpoint, &self.h1_tls)).await {
                     Ok(Connected::H1(send)) => break (send, true),
                     Ok(Connected::H2(_)) => {
                         let e =
@@ -286,7 +288,7 @@ impl Pool {
                 let _connecting = endpoint.h2_connecting.lock().await;
                 match endpoint.h2_with_room() {
                     Some(conn) => conn,
-                    None => match self.connect(endpoint, &self.h2_tls).await {
+                    None => match Box::pin(self.connect(endpoint, &self.h2_tls)).await {
                         Ok(Connected::H2(send)) => {
                             // The new connection's first stream is this request's.
                             let conn = H2Conn {
