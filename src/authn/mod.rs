@@ -46,6 +46,20 @@ impl Identity {
         }
         self
     }
+
+    /// A copy with `system:authenticated`, its groups allocated once (every request of a
+    /// certificate-authenticated connection makes one).
+    fn authenticated_clone(&self) -> Self {
+        let mut groups = Vec::with_capacity(self.groups.len() + 1);
+        groups.extend(self.groups.iter().cloned());
+        Self {
+            user: self.user.clone(),
+            uid: self.uid.clone(),
+            groups,
+            extra: self.extra.clone(),
+        }
+        .authenticated()
+    }
 }
 
 /// How each method is checked; built once from the configuration.
@@ -70,7 +84,7 @@ impl Authenticator {
                     return Ok(id.authenticated());
                 }
             }
-            (PeerSort::User(id), _) => return Ok(id.clone().authenticated()),
+            (PeerSort::User(id), _) => return Ok(id.authenticated_clone()),
             _ => {}
         }
         if let Some(token) = bearer(headers) {

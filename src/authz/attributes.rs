@@ -23,26 +23,33 @@ impl Attributes {
     /// Derives the attributes of `method` on `path` with `query` (without the `?`).
     pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
         let mut out = Self {
-            verb: method.as_str().to_ascii_lowercase(),
             path: path.to_string(),
             ..Self::default()
         };
-        let parts: Vec<&str> = path
-            .trim_matches('/')
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .collect();
+        out.verb = match out.fill(method, path, query) {
+            Some(verb) => verb.to_string(),
+            None => method.as_str().to_ascii_lowercase(),
+        };
+        out
+    }
+
+    /// Everything but the verb; returns the verb of a resource request with a known method
+    /// (None: the lowercase method).
+    fn fill(&mut self, method: &Method, path: &str, query: Option<&str>) -> Option<&'static str> {
+        // Room for the usual depth up front: one allocation, no regrowth.
+        let mut parts: Vec<&str> = Vec::with_capacity(8);
+        parts.extend(path.trim_matches('/').split('/').filter(|p| !p.is_empty()));
         let rest = match parts.as_slice() {
             ["api", version, rest @ ..] => {
-                out.version = (*version).to_string();
+                self.version = (*version).to_string();
                 rest
             }
             ["apis", group, version, rest @ ..] => {
-                out.group = (*group).to_string();
-                out.version = (*version).to_string();
+                self.group = (*group).to_string();
+                self.version = (*version).to_string();
                 rest
             }
-            _ => return out,
+            _ => return None,
         };
         let (watch_prefix, rest) = match rest {
             ["watch", rest @ ..] => (true, rest),
@@ -50,37 +57,35 @@ impl Attributes {
         };
         let rest: &[&str] = match rest {
             ["namespaces", ns, tail @ ..] if !tail.is_empty() => {
-                out.namespace = (*ns).to_string();
+                self.namespace = (*ns).to_string();
                 tail
             }
             ["namespaces", ns] => {
-                out.namespace = (*ns).to_string();
+                self.namespace = (*ns).to_string();
                 rest
             }
             _ => rest,
         };
         if rest.is_empty() {
             // `/apis/<g>/<v>`: discovery of a group version, a non-resource request.
-            return out;
+            return None;
         }
-        out.resource_request = true;
-        out.resource = rest[0].to_string();
-        out.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
-        out.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
+        self.resource_request = true;
+        self.resource = rest[0].to_string();
+        self.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
+        self.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
         let watch = watch_prefix || watch_requested(query);
-        out.verb = match *method {
-            Method::GET | Method::HEAD if watch => "watch",
-            Method::GET | Method::HEAD if out.name.is_empty() => "list",
-            Method::GET | Method::HEAD => "get",
-            Method::POST => "create",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE if out.name.is_empty() => "deletecollection",
-            Method::DELETE => "delete",
-            _ => return out,
+        match *method {
+            Method::GET | Method::HEAD if watch => Some("watch"),
+            Method::GET | Method::HEAD if self.name.is_empty() => Some("list"),
+            Method::GET | Method::HEAD => Some("get"),
+            Method::POST => Some("create"),
+            Method::PUT => Some("update"),
+            Method::PATCH => Some("patch"),
+            Method::DELETE if self.name.is_empty() => Some("deletecollection"),
+            Method::DELETE => Some("delete"),
+            _ => None,
         }
-        .to_string();
-        out
     }
 
     /// `resource/subresource`, as authorization and metrics name it.

@@ -40,6 +40,14 @@ fn attempt(
     }
 }
 
+/// True when the request carries any `Impersonate-*` header; without one, [`apply`] returns
+/// the real identity as it is.
+pub fn requested(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|name| name.as_str().starts_with("impersonate-"))
+}
+
 /// The identity the request acts as: `real`, or the one it may impersonate.
 pub fn apply(authz: &Authorizer, real: Identity, headers: &HeaderMap) -> Result<Identity, Status> {
     let user = headers

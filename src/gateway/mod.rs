@@ -324,8 +324,16 @@ impl Gateway {
                 .ok_or(status)
                 .map_err(refuse(None))?,
         };
-        let identity = impersonation::apply(&self.authz, real.clone(), req.headers())
-            .map_err(refuse(Some(&real)))?;
+        // Without Impersonate-* headers (nearly always) the real identity is used as it is,
+        // neither cloned nor compared.
+        let (identity, real) = if impersonation::requested(req.headers()) {
+            let identity = impersonation::apply(&self.authz, real.clone(), req.headers())
+                .map_err(refuse(Some(&real)))?;
+            let real = (identity != real).then_some(real);
+            (identity, real)
+        } else {
+            (real, None)
+        };
         if !self.authz.allows(&identity, attrs) {
             let mut message = crate::authz::forbidden_message(&identity, attrs);
             let mut allowed = false;
@@ -344,7 +352,6 @@ impl Gateway {
                 return Err(refuse(Some(&identity))(Status::forbidden(message)));
             }
         }
-        let real = (identity != real).then_some(real);
         Ok((identity, real))
     }
 

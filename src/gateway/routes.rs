@@ -24,7 +24,8 @@ impl Gateway {
     ) -> Response<Body> {
         // The URI's bytes are shared, not copied: `req` moves on while its path is still read.
         let uri = req.uri().clone();
-        let segments: Vec<&str> = uri.path().trim_start_matches('/').split('/').collect();
+        let mut segments: Vec<&str> = Vec::with_capacity(8);
+        segments.extend(uri.path().trim_start_matches('/').split('/'));
         let snapshot = self.registry.snapshot();
         let docs = || {
             let key = (snapshot.generation, self.availability.round());
