@@ -235,7 +235,12 @@ pub async fn get(
             .header("X-Remote-Group", "system:masters")
             .body(Empty::<Bytes>::new())
             .map_err(|e| ProbeError::Other(e.to_string()))?;
-        let res = match send.send_request(req).await {
+        // `send` is not held while waiting: a request handed over just as the connection
+        // ends (a TLS alert right after the handshake) is answered only once every handle to
+        // the connection is gone.
+        let answer = send.send_request(req);
+        drop(send);
+        let res = match answer.await {
             Ok(res) => res,
             Err(e) => {
                 return Err(match conn_rx.await {

@@ -242,7 +242,7 @@ impl Pool {
         if kind == Kind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
             return self.attempt_h2(endpoint, req).await;
         }
-        let (mut send, fresh) = loop {
+        let (send, fresh) = loop {
             match endpoint.checkout() {
                 // Ready once its connection has finished the previous exchange.
                 Some(mut send) => {
@@ -263,9 +263,10 @@ impl Pool {
                 },
             }
         };
-        match send.try_send_request(req).await {
-            Ok(res) => Ok((res, Conn::H1(send))),
-            Err(mut e) => match e.take_message() {
+        match answer_h1(send, req).await {
+            (Ok(res), Some(send)) => Ok((res, Conn::H1(send))),
+            (Ok(res), None) => Ok((res, Conn::None)),
+            (Err(mut e), _) => match e.take_message() {
                 // A pooled connection the backend closed meanwhile: try a new one.
                 Some(req) => Err(Attempt::NotSent {
                     req: Box::new(req),
@@ -298,11 +299,12 @@ impl Pool {
                             lock(&endpoint.h2).push(conn.clone());
                             conn
                         }
-                        Ok(Connected::H1(mut send)) => {
+                        Ok(Connected::H1(send)) => {
                             endpoint.no_h2.store(true, Ordering::Relaxed);
-                            return match send.try_send_request(req).await {
-                                Ok(res) => Ok((res, Conn::H1(send))),
-                                Err(e) => Err(Attempt::Sent(e.into_error())),
+                            return match answer_h1(send, req).await {
+                                (Ok(res), Some(send)) => Ok((res, Conn::H1(send))),
+                                (Ok(res), None) => Ok((res, Conn::None)),
+                                (Err(e), _) => Err(Attempt::Sent(e.into_error())),
                             };
                         }
                         Err(e) => return Err(not_sent(req, e)),
@@ -310,8 +312,11 @@ impl Pool {
                 }
             }
         };
-        let mut send = conn.send.clone();
-        match send.try_send_request(req).await {
+        // The clone is dropped at once, not held while the answer comes: see `answer_h1` for
+        // why a handle held here could keep a request unanswered. The pool's own handle goes
+        // when the next watch prunes the closed connection.
+        let answer = conn.send.clone().try_send_request(req);
+        match answer.await {
             Ok(res) => Ok((res, Conn::H2(conn.streams))),
             Err(mut e) => {
                 conn.streams.fetch_sub(1, Ordering::Relaxed);
@@ -464,6 +469,37 @@ impl Endpoint {
                 .map(|_| c.clone())
         })
     }
+}
+
+/// Sends `req` on `send`'s connection and waits for the answer, watching the connection too.
+///
+/// hyper hands a request to the connection's task over a channel. If that task ends between
+/// the check that it is alive and the hand-off, the request stays in the channel unanswered
+/// until the last handle to the connection is dropped, and a caller holding `send` (to pool it
+/// afterwards) would wait forever. So once the connection reports closed, `send` is dropped:
+/// a request left that way is then answered "connection closed" with the request given back
+/// (it was never written, so it may be retried). `send` is returned only while still open.
+async fn answer_h1(
+    mut send: http1::SendRequest<Body>,
+    req: Request<Body>,
+) -> (
+    Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Body>>>,
+    Option<http1::SendRequest<Body>>,
+) {
+    let answer = send.try_send_request(req);
+    tokio::pin!(answer);
+    let closed = std::future::poll_fn(|cx| match send.poll_ready(cx) {
+        Poll::Ready(Err(_)) => Poll::Ready(()),
+        // Ready: the connection is alive and idle, so the answer is on its way.
+        Poll::Ready(Ok(())) | Poll::Pending => Poll::Pending,
+    });
+    tokio::select! {
+        biased;
+        res = &mut answer => return (res, Some(send)),
+        () = closed => {}
+    }
+    drop(send);
+    (answer.await, None)
 }
 
 /// What a response holds on to.

@@ -781,7 +781,20 @@ impl Client {
         self.try_send(addr, req).await.unwrap()
     }
 
+    /// One request on a new connection. Gives up after [`ANSWER_WITHIN`]: a test that waits
+    /// on an answer fails with an error instead of hanging the run.
     pub async fn try_send(
+        &self,
+        addr: SocketAddr,
+        req: Request<Bytes>,
+    ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
+        match tokio::time::timeout(ANSWER_WITHIN, self.exchange(addr, req)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!("no answer from {addr} within {ANSWER_WITHIN:?}").into()),
+        }
+    }
+
+    async fn exchange(
         &self,
         addr: SocketAddr,
         req: Request<Bytes>,
@@ -805,16 +818,22 @@ impl Client {
             tokio::spawn(conn);
             parts.uri = format!("https://localhost:{}{path}", addr.port()).parse()?;
             parts.version = http::Version::HTTP_2;
-            send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)))
-                .await?
+            let answer =
+                send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)));
+            // Not held while waiting: a request handed over just as the connection ends is
+            // answered only once every handle to the connection is gone.
+            drop(send);
+            answer.await?
         } else {
             let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
             tokio::spawn(conn);
             parts
                 .headers
                 .insert("host", format!("localhost:{}", addr.port()).parse()?);
-            send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)))
-                .await?
+            let answer =
+                send.send_request(Request::from_parts(parts, http_body_util::Full::new(body)));
+            drop(send);
+            answer.await?
         };
         let status = res.status().as_u16();
         let headers = res.headers().clone();
@@ -826,6 +845,9 @@ impl Client {
         })
     }
 }
+
+/// How long a test client waits for a whole answer (a watch is read by the test itself).
+pub const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Waits up to `secs` for `cond`.
 pub async fn eventually<F, Fut>(secs: u64, mut cond: F) -> bool
