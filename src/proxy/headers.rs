@@ -151,10 +151,7 @@ pub fn set_identity(
                     append(headers, &name, value);
                 }
             }
-            Err(_) => tracing::warn!(
-                header = name,
-                "identity value not representable as a header; dropped"
-            ),
+            Err(_) => dropped(&name),
         }
     }
 
@@ -175,10 +172,7 @@ pub fn set_identity(
         }
         Err(_) => {
             headers.remove(&X_FORWARDED_FOR);
-            tracing::warn!(
-                header = X_FORWARDED_FOR.as_str(),
-                "identity value not representable as a header; dropped"
-            );
+            dropped(X_FORWARDED_FOR.as_str());
         }
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
@@ -224,11 +218,16 @@ fn append(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
         Ok(value) => {
             headers.append(name, value);
         }
-        Err(_) => tracing::warn!(
-            header = name.as_str(),
-            "identity value not representable as a header; dropped"
-        ),
+        Err(_) => dropped(name.as_str()),
     }
+}
+
+/// Logs a header the gateway meant to send and could not.
+fn dropped(header: &str) {
+    tracing::warn!(
+        header,
+        "identity value not representable as a header; dropped"
+    );
 }
 
 /// Percent-encodes an extra key for use in a header name, as client-go does: token characters

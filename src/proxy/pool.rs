@@ -263,19 +263,17 @@ impl Pool {
                 },
             }
         };
-        match answer_h1(send, req).await {
-            (Ok(res), Some(send)) => Ok((res, Conn::H1(send))),
-            (Ok(res), None) => Ok((res, Conn::None)),
-            (Err(mut e), _) => match e.take_message() {
+        answer_h1(send, req)
+            .await
+            .map_err(|mut e| match e.take_message() {
                 // A pooled connection the backend closed meanwhile: try a new one.
-                Some(req) => Err(Attempt::NotSent {
+                Some(req) => Attempt::NotSent {
                     req: Box::new(req),
                     error: SendError::Exchange(e.into_error()),
                     eject: fresh,
-                }),
-                None => Err(Attempt::Sent(e.into_error())),
-            },
-        }
+                },
+                None => Attempt::Sent(e.into_error()),
+            })
     }
 
     async fn attempt_h2(
@@ -301,11 +299,9 @@ impl Pool {
                         }
                         Ok(Connected::H1(send)) => {
                             endpoint.no_h2.store(true, Ordering::Relaxed);
-                            return match answer_h1(send, req).await {
-                                (Ok(res), Some(send)) => Ok((res, Conn::H1(send))),
-                                (Ok(res), None) => Ok((res, Conn::None)),
-                                (Err(e), _) => Err(Attempt::Sent(e.into_error())),
-                            };
+                            return answer_h1(send, req)
+                                .await
+                                .map_err(|e| Attempt::Sent(e.into_error()));
                         }
                         Err(e) => return Err(not_sent(req, e)),
                     },
@@ -478,14 +474,12 @@ impl Endpoint {
 /// until the last handle to the connection is dropped, and a caller holding `send` (to pool it
 /// afterwards) would wait forever. So once the connection reports closed, `send` is dropped:
 /// a request left that way is then answered "connection closed" with the request given back
-/// (it was never written, so it may be retried). `send` is returned only while still open.
+/// (it was never written, so it may be retried). The connection goes with the answer only
+/// while it is still open.
 async fn answer_h1(
     mut send: http1::SendRequest<Body>,
     req: Request<Body>,
-) -> (
-    Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<Body>>>,
-    Option<http1::SendRequest<Body>>,
-) {
+) -> Result<(Response<Incoming>, Conn), hyper::client::conn::TrySendError<Request<Body>>> {
     let answer = send.try_send_request(req);
     tokio::pin!(answer);
     let closed = std::future::poll_fn(|cx| match send.poll_ready(cx) {
@@ -495,11 +489,11 @@ async fn answer_h1(
     });
     tokio::select! {
         biased;
-        res = &mut answer => return (res, Some(send)),
+        res = &mut answer => return res.map(|res| (res, Conn::H1(send))),
         () = closed => {}
     }
     drop(send);
-    (answer.await, None)
+    answer.await.map(|res| (res, Conn::None))
 }
 
 /// What a response holds on to.
