@@ -1,7 +1,8 @@
 //! The world `apigw bench` measures, built in a fresh temporary directory: the dev PKI, the
 //! sample addon server and the gateway as separate processes of this same executable, and the
 //! client TLS configurations of the front door (user certificate) and of the backend (the proxy
-//! client certificate, as the gateway itself presents it). Processes are killed on drop.
+//! client certificate, as the gateway itself presents it). Each process leads its own process
+//! group, and the whole group is killed on drop (nginx's workers with their master).
 
 use super::load::{self, Proto, Target};
 use crate::certs::{write_dev_pki, DevPkiOptions};
@@ -12,6 +13,7 @@ use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +21,8 @@ use std::time::{Duration, Instant};
 /// The name the backend's certificate carries, and the gateway verifies.
 pub const SERVICE_NAME: &str = "wardle-server.wardle-namespace.svc";
 
-/// A child process, killed (by its own id) and reaped when dropped.
+/// A child process leading its own process group; the group is killed and the child reaped
+/// when dropped.
 pub struct Proc {
     pub name: String,
     child: Child,
@@ -33,6 +36,7 @@ impl Proc {
             .with_context(|| format!("creating {}", log_path.display()))?;
         let err = log.try_clone().context("duplicating the log handle")?;
         let child = cmd
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -59,6 +63,10 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let group = rustix::process::Pid::from_raw(self.child.id().try_into().unwrap_or(0));
+        if let Some(group) = group {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

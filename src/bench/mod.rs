@@ -202,7 +202,13 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .map_err(|e| anyhow::anyhow!("starting the runtime: {e}"))?;
-    let report = runtime.block_on(run::run(&args, &settings, &wanted))?;
+    // Interrupted, the run is dropped, and with it every process it started.
+    let report = runtime.block_on(async {
+        tokio::select! {
+            report = run::run(&args, &settings, &wanted) => report,
+            () = crate::shutdown_signal() => Err(anyhow::anyhow!("interrupted")),
+        }
+    })?;
     report.write(&args.json, &args.markdown)?;
     println!("{}", report.markdown());
     eprintln!(
