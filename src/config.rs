@@ -138,6 +138,10 @@ pub struct Flags {
     /// Open connections from one client address [default: 0, no limit].
     #[arg(long)]
     pub max_connections_per_client: Option<usize>,
+    /// Connection worker threads, each a single-threaded runtime that keeps its connections
+    /// [default: the CPUs this process may use; 0: serve on the shared runtime].
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
     /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
     #[arg(long)]
     pub max_request_body_bytes: Option<usize>,
@@ -207,6 +211,7 @@ struct File {
     max_requests_inflight: Option<usize>,
     max_requests_inflight_per_client: Option<usize>,
     max_connections_per_client: Option<usize>,
+    worker_threads: Option<usize>,
     max_request_body_bytes: Option<usize>,
     audit_log_path: Option<String>,
     audit_log_maxsize: Option<u64>,
@@ -345,6 +350,13 @@ pub struct Config {
     pub max_request_body_bytes: Option<usize>,
     /// How long an HTTP/1.1 client may take to send a request head.
     pub header_read_timeout: Duration,
+    /// Connection worker threads (`server::workers`); 0 serves on the shared runtime.
+    pub worker_threads: usize,
+}
+
+/// The CPUs this process may use (cgroup quota included), the default worker count.
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Config {
@@ -378,6 +390,7 @@ impl Config {
             cluster: None,
             max_request_body_bytes: None,
             header_read_timeout: Duration::from_secs(30),
+            worker_threads: cpus(),
         }
     }
 }
@@ -941,6 +954,10 @@ fn merge(
                 .or(file.max_request_body_bytes)
                 .filter(|n| *n > 0),
             header_read_timeout: Duration::from_secs(30),
+            worker_threads: flags
+                .worker_threads
+                .or(file.worker_threads)
+                .unwrap_or_else(cpus),
             limits: (
                 flags
                     .max_requests_inflight

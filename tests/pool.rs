@@ -181,3 +181,53 @@ async fn a_pooled_connection_the_backend_closed_is_replaced_without_an_error() {
     }
     assert_eq!(echo.requests().len(), 5);
 }
+
+/// Two front-door HTTP/2 connections, opened one after the other and both kept open, then
+/// `rounds` GETs on each in turn; the backend-side address (the gateway's end of the backend
+/// connection) that carried each request, per client connection.
+async fn alternate(s: &support::Single, rounds: usize) -> [Vec<String>; 2] {
+    let c = s.w.client(Some("alice")).h2();
+    let mut conns = [
+        c.h2_connection(s.gw.addr).await,
+        c.h2_connection(s.gw.addr).await,
+    ];
+    let mut out = [Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        for (send, seen) in conns.iter_mut().zip(out.iter_mut()) {
+            let req =
+                http::Request::get("https://localhost/apis/a.example.com/v1/namespaces/n/things")
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+            let res = send.send_request(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.unwrap();
+            let log = s.echo.requests();
+            seen.push(log.last().unwrap()["remote"].as_str().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// With two connection workers, two client connections land on different workers; each
+/// worker reuses its own backend connection for its requests, and never the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_worker_reuses_its_own_backend_connection() {
+    let s = World::single(|cfg| cfg.worker_threads = 2).await;
+    let [a, b] = alternate(&s, 5).await;
+    for run in [&a, &b] {
+        assert!(
+            run.iter().all(|r| r == &run[0]),
+            "one backend connection per worker: {run:?}"
+        );
+    }
+    assert_ne!(a[0], b[0], "the two workers share a backend connection");
+}
+
+/// Without workers (`--worker-threads 0`) connections are served on the shared runtime and
+/// one pooled backend connection serves both client connections in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_workers_one_backend_connection_serves_every_client() {
+    let s = World::single(|cfg| cfg.worker_threads = 0).await;
+    let [a, b] = alternate(&s, 5).await;
+    assert!(a.iter().chain(&b).all(|r| r == &a[0]), "{a:?} {b:?}");
+}

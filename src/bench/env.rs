@@ -12,8 +12,8 @@ use http::{HeaderName, HeaderValue, Method};
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,11 +142,13 @@ pub struct Env {
     /// Front-door client configs (user `dev-admin`).
     pub front: (Arc<ClientConfig>, Arc<ClientConfig>),
     pub exe: PathBuf,
+    /// More `apigw serve` flags for every gateway this run starts (`--gateway-arg`).
+    pub gateway_args: Vec<String>,
 }
 
 impl Env {
     /// Writes the PKI and starts the sample server.
-    pub async fn start() -> anyhow::Result<Self> {
+    pub async fn start(gateway_args: Vec<String>) -> anyhow::Result<Self> {
         let dir = TempDir::new()?;
         write_dev_pki(&DevPkiOptions {
             out: dir.path().join("pki"),
@@ -180,6 +182,7 @@ impl Env {
             sample_addr: SocketAddr::from(([127, 0, 0, 1], port)),
             front,
             exe,
+            gateway_args,
         };
         let direct = env.direct()?;
         wait_ready(&direct, "/healthz", &mut env.sample).await?;
@@ -276,6 +279,7 @@ impl Env {
             .arg(&manifests)
             .arg("--resolve")
             .arg(format!("{SERVICE_NAME}:443={}", self.sample_addr))
+            .args(&self.gateway_args)
             .env("RUST_LOG", "warn");
         let mut proc = Proc::spawn(name, cmd, self.dir.path())?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));

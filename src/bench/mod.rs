@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// Size of the big-list response: 1GiB, 256MiB, or bytes (default 1GiB, 32MiB with --quick).
     #[arg(long)]
     pub big_list_size: Option<String>,
+    /// One more `apigw serve` flag for the gateways the run starts (repeatable), e.g.
+    /// `--gateway-arg=--worker-threads=0`.
+    #[arg(long, allow_hyphen_values = true)]
+    pub gateway_arg: Vec<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/latest.json")]
     pub json: PathBuf,

@@ -522,6 +522,7 @@ pub async fn run(
         grace: cfg.shutdown_grace,
         header_read_timeout: cfg.header_read_timeout,
         closing: gateway.closing.clone(),
+        workers: cfg.worker_threads,
         ..Default::default()
     };
     let g = gateway.clone();

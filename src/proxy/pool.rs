@@ -83,12 +83,17 @@ pub struct Endpoint {
     in_flight: AtomicUsize,
     failures: AtomicU32,
     ejected_until: Mutex<Option<Instant>>,
-    idle: Mutex<Vec<(http1::SendRequest<Body>, Instant)>>,
+    /// Idle HTTP/1.1 connections, one list per connection worker (see [`idle_slots`]): a
+    /// connection's task runs on the worker that opened it, so only that worker reuses it.
+    idle: Box<[Mutex<IdleList>]>,
     h2: Mutex<Vec<H2Conn>>,
     h2_connecting: tokio::sync::Mutex<()>,
     /// The endpoint answered an `h2` offer with HTTP/1.1.
     no_h2: AtomicBool,
 }
+
+/// Idle HTTP/1.1 connections with the time each went idle, most recent last.
+type IdleList = Vec<(http1::SendRequest<Body>, Instant)>;
 
 #[derive(Clone)]
 struct H2Conn {
@@ -404,6 +409,13 @@ fn pick(list: &[Arc<Endpoint>], tried: &[usize]) -> Option<usize> {
     }
 }
 
+/// Idle lists per endpoint: one per core for the connection workers (one per core by
+/// default) and one for everything else; a larger worker count shares lists, modulo.
+fn idle_slots() -> usize {
+    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SLOTS.get_or_init(|| crate::config::cpus() + 1)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -415,7 +427,7 @@ impl Endpoint {
             in_flight: AtomicUsize::new(0),
             failures: AtomicU32::new(0),
             ejected_until: Mutex::new(None),
-            idle: Mutex::default(),
+            idle: (0..idle_slots()).map(|_| Mutex::default()).collect(),
             h2: Mutex::default(),
             h2_connecting: tokio::sync::Mutex::new(()),
             no_h2: AtomicBool::new(false),
@@ -434,9 +446,14 @@ impl Endpoint {
         tracing::debug!(addr = %self.addr, ?wait, "backend endpoint ejected");
     }
 
-    /// The most recently used idle connection that is still open.
+    /// The idle list of the calling thread's worker.
+    fn idle_here(&self) -> MutexGuard<'_, IdleList> {
+        lock(&self.idle[crate::server::workers::slot() % self.idle.len()])
+    }
+
+    /// The most recently used idle connection of this worker that is still open.
     fn checkout(&self) -> Option<http1::SendRequest<Body>> {
-        let mut idle = lock(&self.idle);
+        let mut idle = self.idle_here();
         while let Some((send, since)) = idle.pop() {
             if since.elapsed() < IDLE_TIMEOUT && !send.is_closed() {
                 return Some(send);
@@ -446,7 +463,7 @@ impl Endpoint {
     }
 
     fn checkin(&self, send: http1::SendRequest<Body>) {
-        let mut idle = lock(&self.idle);
+        let mut idle = self.idle_here();
         if idle.len() < MAX_IDLE && !send.is_closed() {
             idle.push((send, Instant::now()));
         }

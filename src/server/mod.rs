@@ -1,7 +1,10 @@
 //! The accept loop shared by the gateway and the sample server: TCP -> TLS handshake (with a
 //! timeout; peer certificates read once per connection) -> hyper-util's auto builder serving
 //! HTTP/1.1 (with upgrades) and HTTP/2 -> the caller's handler. Shutdown stops accepting and
-//! lets open connections finish, up to a grace period.
+//! lets open connections finish, up to a grace period. Connections are served on the
+//! thread-per-core [`workers`] when [`Limits::workers`] asks for them.
+
+pub mod workers;
 
 use crate::body::Body;
 use hyper::body::Incoming;
@@ -14,7 +17,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 /// What the gateway knows about a connection before the first request.
@@ -35,6 +38,8 @@ pub struct Limits {
     /// Cancelled when the grace period ends, so long-running responses (watches, upgraded
     /// streams) can end cleanly instead of being cut.
     pub closing: tokio_util::sync::CancellationToken,
+    /// Connection worker threads ([`workers`]); 0 serves connections on the caller's runtime.
+    pub workers: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +49,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(30),
             grace: Duration::from_secs(30),
             closing: tokio_util::sync::CancellationToken::new(),
+            workers: 0,
         }
     }
 }
@@ -86,6 +92,16 @@ pub async fn serve<M, H, Fut>(
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(1 << 20);
     let builder = Arc::new(builder);
+    let workers = match limits.workers {
+        0 => None,
+        n => match workers::Workers::start(n) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "starting connection workers; serving on the main runtime");
+                None
+            }
+        },
+    };
     tokio::pin!(shutdown);
     loop {
         let (tcp, remote) = tokio::select! {
@@ -104,7 +120,7 @@ pub async fn serve<M, H, Fut>(
         let (acceptor, make, builder) = (acceptor.clone(), make.clone(), builder.clone());
         let watcher = graceful.watcher();
         let timeout = limits.handshake_timeout;
-        tokio::spawn(async move {
+        let connection = move |tcp: TcpStream| async move {
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
@@ -141,7 +157,16 @@ pub async fn serve<M, H, Fut>(
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%remote, error = %e, "connection ended with an error");
             }
-        });
+        };
+        match &workers {
+            Some(workers) => match tcp.into_std() {
+                Ok(std) => workers.hand_over(std, connection),
+                Err(e) => tracing::warn!(%remote, error = %e, "handing a connection to a worker"),
+            },
+            None => {
+                tokio::spawn(connection(tcp));
+            }
+        }
     }
     drop(listener);
     let drained = graceful.shutdown();
