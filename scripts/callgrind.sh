@@ -3,10 +3,11 @@
 #
 #   cargo build --release && scripts/callgrind.sh [target/release/apigw] [N1] [N2]
 #
-# Runs the sample server natively and `apigw serve` under callgrind with one tokio worker. For
-# HTTP/1.1 and HTTP/2, sends N1 and then N2 keep-alive GETs of a 1 KiB body with one curl each,
-# zeroing the counters before and dumping them after. Ir/req = (Ir(N2) - Ir(N1)) / (N2 - N1), so
-# connection setup and TLS handshakes cancel out. Needs valgrind (callgrind_control) and curl.
+# Runs the sample server natively and `apigw serve` under callgrind with one connection worker
+# (and one thread for the shared runtime). For HTTP/1.1 and HTTP/2, sends N1 and then N2
+# keep-alive GETs of a 1 KiB body with one curl each, zeroing the counters before and dumping
+# them after. Ir/req = (Ir(N2) - Ir(N1)) / (N2 - N1), so connection setup and TLS handshakes
+# cancel out. Needs valgrind (callgrind_control) and curl.
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/apigw}")
 N1=${2:-500}
@@ -48,7 +49,7 @@ TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-f
   --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key" \
   --apiservice-dir "$D/apiservices" \
   --resolve "wardle-server.wardle-namespace.svc:443=127.0.0.1:$SPORT" \
-  --availability-check-interval 1h >"$D/gateway.log" 2>&1 &
+  --availability-check-interval 1h --worker-threads 1 >"$D/gateway.log" 2>&1 &
 GPID=$!
 PIDS+=("$GPID")
 

@@ -77,11 +77,10 @@ impl Workers {
         else {
             return;
         };
-        let open = worker.open.clone();
-        open.fetch_add(1, Ordering::Relaxed);
-        let _done = Done(open.clone());
+        worker.open.fetch_add(1, Ordering::Relaxed);
+        let done = Done(worker.open.clone());
         worker.handle.spawn(async move {
-            let _done = _done;
+            let _done = done;
             match tokio::net::TcpStream::from_std(tcp) {
                 Ok(tcp) => serve(tcp).await,
                 Err(e) => tracing::warn!(error = %e, "registering a connection with its worker"),
