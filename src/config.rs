@@ -1030,16 +1030,29 @@ mod tests {
         let cfg = dir.path().join("c.yaml");
         std::fs::write(
             &cfg,
-            "securePort: 9000\ntlsCertFile: s.crt\ntlsPrivateKeyFile: s.key\napiserviceDir: apis\nresolve: {\"a.b.svc:443\": \"127.0.0.1:9443\"}\n",
+            "securePort: 9000\ntlsCertFile: s.crt\ntlsPrivateKeyFile: s.key\napiserviceDir: apis\nresolve: {\"a.b.svc:443\": \"127.0.0.1:9443\"}\nworkerThreads: 3\n",
         )
         .unwrap();
         let flags = Flags {
-            config: Some(cfg),
+            config: Some(cfg.clone()),
             secure_port: Some(9100),
             ..Default::default()
         };
         let c = Config::load(&flags).unwrap();
         assert_eq!(c.listen.port(), 9100);
+        assert_eq!(c.worker_threads, 3);
+        let no_workers = Flags {
+            config: Some(cfg),
+            worker_threads: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(Config::load(&no_workers).unwrap().worker_threads, 0);
+        let bare = Flags {
+            tls_cert_file: Some(dir.path().join("s.crt")),
+            tls_private_key_file: Some(dir.path().join("s.key")),
+            ..Default::default()
+        };
+        assert_eq!(Config::load(&bare).unwrap().worker_threads, cpus());
         assert_eq!(c.tls_cert, dir.path().join("s.crt"));
         assert_eq!(c.apiservice_dir, Some(dir.path().join("apis")));
         assert_eq!(

@@ -97,7 +97,7 @@ pub async fn serve<M, H, Fut>(
         n => match workers::Workers::start(n) {
             Ok(w) => Some(w),
             Err(e) => {
-                tracing::warn!(error = %e, "starting connection workers; serving on the main runtime");
+                tracing::warn!(error = %e, "starting connection workers; serving on the shared runtime");
                 None
             }
         },
