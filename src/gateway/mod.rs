@@ -281,8 +281,13 @@ impl Gateway {
         // Only the access line names the APIService.
         let apiservice = (!attrs.group.is_empty()
             && tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
-        .then(|| format!("{}.{}", attrs.version, attrs.group))
-        .filter(|name| self.registry.snapshot().get(name).is_some());
+        .then(|| {
+            let snapshot = self.registry.snapshot();
+            snapshot
+                .lookup(&attrs.group, &attrs.version)
+                .map(|service| service.name.clone())
+        })
+        .flatten();
         let record = access::Record {
             metrics: self.metrics.clone(),
             audit,
