@@ -167,7 +167,33 @@ async fn cert_identity_reaches_backend_and_spoofed_headers_do_not() {
     // naming the service.
     assert_eq!(seen["version"], "HTTP/1.1");
     assert_eq!(seen["authority"], "good-svc.good-ns.svc:443");
+    // Origin form and `Host`, as RFC 9112 §3.2 requires and strict servers (Go, nginx) check.
+    assert_eq!(seen["target"], format!("{ECHO}?x=1&y=%2F&z=a+b"));
+    assert_eq!(a.seen("host"), ["good-svc.good-ns.svc:443"]);
     assert_eq!(a.headers["x-backend"], "echo");
+}
+
+#[tokio::test]
+async fn an_http2_client_request_leaves_as_http1_with_host_and_without_expect() {
+    let s = setup().await;
+    for client in [
+        s.world.client(Some("alice")).h2(),
+        s.world.client(Some("alice")),
+    ] {
+        let req = Request::post(ECHO)
+            .header("Expect", "100-continue")
+            .header("Content-Type", "application/json")
+            .body(Bytes::from_static(b"{}"))
+            .unwrap();
+        let a = client.send(s.gw.addr, req).await;
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        let seen = a.json();
+        assert_eq!(seen["version"], "HTTP/1.1");
+        assert_eq!(seen["target"], ECHO);
+        assert_eq!(a.seen("host"), ["good-svc.good-ns.svc:443"]);
+        assert!(a.seen("expect").is_empty(), "{seen}");
+        assert_eq!(seen["body"], "{}");
+    }
 }
 
 #[tokio::test]

@@ -122,6 +122,13 @@ async fn watches_balance_by_in_flight_requests_over_h2() {
         let mut by_conn: HashMap<&str, usize> = HashMap::new();
         for r in seen.iter() {
             assert_eq!(r["version"], "HTTP/2.0");
+            // `:authority` names the service; no `Host` beside it.
+            assert_eq!(r["authority"], format!("{HOST}:443"));
+            assert!(r["target"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("https://{HOST}:443/")));
+            assert!(support::seen_header(r, "host").is_empty(), "{r}");
             *by_conn.entry(r["remote"].as_str().unwrap()).or_default() += 1;
         }
         assert_eq!(by_conn.len(), 1, "{by_conn:?}");

@@ -254,11 +254,8 @@ async fn tls_and_request(
         format!("{version} with {host}, as the gateway verifies it"),
     )];
     steps.extend(explained);
-    let authority = if service.port == 443 {
-        host
-    } else {
-        format!("{host}:{}", service.port)
-    };
+    // As the gateway sends it: the service name and port.
+    let authority = format!("{host}:{}", service.port);
     let path = format!("/apis/{}/{}", svc.group, svc.version);
     let answer = probe::get(tls, &authority, &path, ctx.timeout).await;
     steps.extend(answers::request_steps(ctx, svc, &path, answer));

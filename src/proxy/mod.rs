@@ -13,16 +13,14 @@ pub use pool::STREAMS_PER_CONN;
 
 use crate::authn::Identity;
 use crate::body::{self, Body};
-use crate::errors::{chain, Status};
+use crate::errors::Status;
 use crate::registry::ApiService;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
-use connector::Connector;
-use http::uri::{PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::CertificateDer;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -62,13 +60,9 @@ impl BackendKey {
 /// One backend: the name its certificate must carry, and its connections.
 pub struct Backend {
     key: BackendKey,
-    /// `<host>:<port>` of every outgoing URI, parsed once (or why it cannot be).
-    authority: Result<http::uri::Authority, String>,
-    /// Requests from clients: balanced over the service's endpoints, pooled.
+    /// Requests from clients (balanced over the service's endpoints, pooled) and the
+    /// gateway's own (on a new connection each).
     pool: pool::Pool,
-    /// A new connection for every request: the gateway's own checks must prove that the
-    /// service resolves, accepts and verifies now, not that an old connection still works.
-    probe_client: Client<Connector, Body>,
     /// The delegate reached by impersonation: its token file and `Authorization` value.
     impersonate_with: Option<(std::path::PathBuf, ArcSwap<HeaderValue>)>,
 }
@@ -355,40 +349,11 @@ impl Backend {
             CONNECT_TIMEOUT,
         )
         .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
-        let probe = Connector {
-            tls: Arc::new(tls(&[b"h2", b"http/1.1"])?),
-            resolver,
-            connect_timeout: CONNECT_TIMEOUT,
-        };
-        let authority = http::uri::Authority::try_from(format!("{}:{}", key.host, key.port))
-            .map_err(|e| e.to_string());
         Ok(Self {
             key,
-            authority,
             pool,
-            probe_client: Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(0)
-                .build(probe),
             impersonate_with: None,
         })
-    }
-
-    /// `https://<host>:<port>` followed by the request's path and query, byte for byte (the
-    /// original's bytes are shared, not copied or parsed again).
-    fn uri(&self, original: &Uri) -> Result<Uri, Status> {
-        let pq = original
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        let authority = self
-            .authority
-            .clone()
-            .map_err(|e| Status::bad_request(format!("cannot forward {}: {e}", pq.as_str())))?;
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTPS);
-        parts.authority = Some(authority);
-        parts.path_and_query = Some(pq);
-        Uri::from_parts(parts).map_err(|e| Status::bad_request(format!("cannot forward: {e}")))
     }
 
     async fn forward(
@@ -410,12 +375,13 @@ impl Backend {
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
-        parts.uri = match self.uri(&parts.uri) {
-            Ok(uri) => uri,
-            Err(status) => return status.into_response(),
-        };
-        parts.version = Version::HTTP_11;
+        // The pool sets the target's form and `Host` or `:authority` for the connection the
+        // request leaves on; what goes from here is the path and query, byte for byte.
+        parts.uri = origin_form(&parts.uri);
         remove_hop_by_hop(&mut parts.headers, upgrade);
+        // The front door answered any `100-continue` when the body was first read; the
+        // backend gets the body without being asked again, as nginx forwards.
+        parts.headers.remove(header::EXPECT);
         let token = self.impersonate_with.as_ref().map(|(_, t)| t.load());
         let fwd = Forwarded {
             identity,
@@ -468,10 +434,7 @@ impl Backend {
                     .into_response();
             }
             Err(e) => {
-                let reason = match e {
-                    pool::SendError::Connect(e) => e.to_string(),
-                    pool::SendError::Exchange(e) => chain(&e),
-                };
+                let reason = e.to_string();
                 tracing::warn!(backend = %self.key.host, error = %reason, "backend unreachable");
                 let mut res =
                     Status::service_unavailable(format!("error trying to reach service: {reason}"))
@@ -547,17 +510,10 @@ impl Backend {
     ) -> Result<Option<(bytes::Bytes, Option<String>)>, FetchError> {
         let url = self.url(path);
         let work = async {
-            let mut req = Request::get(
-                self.uri(
-                    &path
-                        .parse::<Uri>()
-                        .map_err(|e| FetchError::Unreachable(e.to_string()))?,
-                )
-                .map_err(|s| FetchError::Unreachable(s.message().to_string()))?,
-            )
-            .header(header::ACCEPT, accept)
-            .body(body::empty())
-            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+            let mut req = Request::get(path)
+                .header(header::ACCEPT, accept)
+                .body(body::empty())
+                .map_err(|e| FetchError::Unreachable(e.to_string()))?;
             if let Some(tag) = if_none_match.and_then(|t| HeaderValue::from_str(t).ok()) {
                 req.headers_mut().insert(header::IF_NONE_MATCH, tag);
             }
@@ -578,11 +534,11 @@ impl Backend {
                     req.headers_mut().remove("x-forwarded-for");
                 }
             }
-            let res = self.probe_client.request(req).await.map_err(|e| {
-                FetchError::Unreachable(
-                    std::error::Error::source(&e).map_or_else(|| e.to_string(), chain),
-                )
-            })?;
+            let res = self
+                .pool
+                .probe(req)
+                .await
+                .map_err(|e| FetchError::Unreachable(e.to_string()))?;
             let status = res.status();
             if status == StatusCode::NOT_MODIFIED && if_none_match.is_some() {
                 return Ok(None);
@@ -656,6 +612,16 @@ impl http_body::Body for Tracked {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// The request's path and query alone: whatever form the client's target had (HTTP/2 gives
+/// the absolute form), the pool decides the form it leaves in.
+fn origin_form(uri: &Uri) -> Uri {
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    Uri::from(path)
 }
 
 /// True for a watch (a `/watch/` path, or a query authorization also reads as one), which

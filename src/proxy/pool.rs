@@ -4,12 +4,15 @@
 //! retry of a request on another endpoint while nothing of it was sent, and each endpoint's
 //! connections: idle HTTP/1.1 keep-alive connections for ordinary requests and upgrades, and
 //! multiplexed HTTP/2 connections for watches, opening another one when a connection carries
-//! [`STREAMS_PER_CONN`] streams.
+//! [`STREAMS_PER_CONN`] streams; and the request target every request leaves with, shaped for
+//! the protocol of its connection (origin form and `Host` on HTTP/1.1, `:authority` on HTTP/2).
 
 use super::connector::{dial, ConnectError, Resolver};
 use crate::body::Body;
+use crate::errors::chain;
 use arc_swap::ArcSwap;
-use http::{Request, Response};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{header, HeaderValue, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -56,11 +59,24 @@ pub enum SendError {
     Exchange(hyper::Error),
 }
 
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Connect(e) => e.fmt(f),
+            Self::Exchange(e) => f.write_str(&chain(e)),
+        }
+    }
+}
+
 /// The connections to one backend.
 pub struct Pool {
     server_name: ServerName<'static>,
     host: String,
     port: u16,
+    /// `<host>:<port>`, the `:authority` of HTTP/2 requests.
+    authority: Authority,
+    /// The same, as the `Host` header of HTTP/1.1 requests.
+    host_header: HeaderValue,
     /// ALPN `http/1.1` only.
     h1_tls: Arc<rustls::ClientConfig>,
     /// ALPN `h2`, then `http/1.1`.
@@ -110,7 +126,14 @@ enum Attempt {
         error: SendError,
         eject: bool,
     },
-    Sent(hyper::Error),
+    /// The request went out and the exchange failed. `unprocessed` when the failure shows the
+    /// server did not act on it: a reused HTTP/1.1 connection the server closed before any
+    /// answer (it closes idle connections at its own pace), or an HTTP/2 stream it refused or
+    /// left out of a `GOAWAY`. Such a request may be sent again if it is replayable.
+    Sent {
+        error: hyper::Error,
+        unprocessed: bool,
+    },
 }
 
 impl Pool {
@@ -123,10 +146,16 @@ impl Pool {
         connect_timeout: Duration,
     ) -> Result<Self, String> {
         let server_name = ServerName::try_from(host.clone()).map_err(|e| format!("{host}: {e}"))?;
+        let authority = Authority::try_from(format!("{host}:{port}"))
+            .map_err(|e| format!("{host}:{port}: {e}"))?;
+        let host_header =
+            HeaderValue::from_str(authority.as_str()).map_err(|e| format!("{host}:{port}: {e}"))?;
         Ok(Self {
             server_name,
             host,
             port,
+            authority,
+            host_header,
             h1_tls: Arc::new(h1_tls),
             h2_tls: Arc::new(h2_tls),
             resolver,
@@ -144,6 +173,7 @@ impl Pool {
         kind: Kind,
     ) -> Result<Response<PooledBody>, SendError> {
         let endpoints = self.endpoints().await?;
+        let replay = Replay::of(&req, kind);
         let mut tried: Vec<usize> = Vec::new();
         let mut last = None;
         for _ in 0..MAX_ATTEMPTS {
@@ -172,7 +202,15 @@ impl Pool {
                     req = *back;
                     last = Some(error);
                 }
-                Err(Attempt::Sent(e)) => return Err(SendError::Exchange(e)),
+                Err(Attempt::Sent { error, unprocessed }) => match &replay {
+                    Some(head) if unprocessed => {
+                        tracing::debug!(addr = %endpoint.addr, error = %chain(&error),
+                            "backend closed the connection before answering; sending again");
+                        req = head.request();
+                        last = Some(SendError::Exchange(error));
+                    }
+                    _ => return Err(SendError::Exchange(error)),
+                },
             }
         }
         Err(last.unwrap_or_else(|| {
@@ -241,7 +279,7 @@ impl Pool {
     async fn attempt(
         &self,
         endpoint: &Endpoint,
-        req: Request<Body>,
+        mut req: Request<Body>,
         kind: Kind,
     ) -> Result<(Response<Incoming>, Conn), Attempt> {
         if kind == Kind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
@@ -268,6 +306,7 @@ impl Pool {
                 },
             }
         };
+        self.shape(&mut req, Version::HTTP_11);
         answer_h1(send, req)
             .await
             .map_err(|mut e| match e.take_message() {
@@ -277,14 +316,20 @@ impl Pool {
                     error: SendError::Exchange(e.into_error()),
                     eject: fresh,
                 },
-                None => Attempt::Sent(e.into_error()),
+                None => {
+                    let error = e.into_error();
+                    Attempt::Sent {
+                        unprocessed: !fresh && closed_before_answer(&error),
+                        error,
+                    }
+                }
             })
     }
 
     async fn attempt_h2(
         &self,
         endpoint: &Endpoint,
-        req: Request<Body>,
+        mut req: Request<Body>,
     ) -> Result<(Response<Incoming>, Conn), Attempt> {
         let conn = match endpoint.h2_with_room() {
             Some(conn) => conn,
@@ -304,9 +349,11 @@ impl Pool {
                         }
                         Ok(Connected::H1(send)) => {
                             endpoint.no_h2.store(true, Ordering::Relaxed);
-                            return answer_h1(send, req)
-                                .await
-                                .map_err(|e| Attempt::Sent(e.into_error()));
+                            self.shape(&mut req, Version::HTTP_11);
+                            return answer_h1(send, req).await.map_err(|e| Attempt::Sent {
+                                error: e.into_error(),
+                                unprocessed: false,
+                            });
                         }
                         Err(e) => return Err(not_sent(req, e)),
                     },
@@ -316,6 +363,7 @@ impl Pool {
         // The clone is dropped at once, not held while the answer comes: see `answer_h1` for
         // why a handle held here could keep a request unanswered. The pool's own handle goes
         // when the next watch prunes the closed connection.
+        self.shape(&mut req, Version::HTTP_2);
         let answer = conn.send.clone().try_send_request(req);
         match answer.await {
             Ok(res) => Ok((res, Conn::H2(conn.streams))),
@@ -327,7 +375,13 @@ impl Pool {
                         error: SendError::Exchange(e.into_error()),
                         eject: false,
                     }),
-                    None => Err(Attempt::Sent(e.into_error())),
+                    None => {
+                        let error = e.into_error();
+                        Err(Attempt::Sent {
+                            unprocessed: refused_h2(&error),
+                            error,
+                        })
+                    }
                 }
             }
         }
@@ -339,11 +393,87 @@ impl Pool {
         endpoint: &Endpoint,
         tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Connected, ConnectError> {
-        let stream = dial(endpoint.addr, &self.server_name, tls, self.connect_timeout).await?;
+        let connected = self.open(endpoint.addr, tls).await?;
         endpoint.failures.store(0, Ordering::Relaxed);
+        Ok(connected)
+    }
+
+    /// Sends `req` on a new connection of its own, HTTP/2 if the backend takes it, to the
+    /// first address that accepts, resolving the name now: the gateway's own checks
+    /// (availability, discovery) must prove that the service resolves, accepts and verifies
+    /// now, not that a pooled connection still works. A failed TLS handshake is the answer;
+    /// a refused TCP connection moves on to the next address.
+    pub async fn probe(&self, mut req: Request<Body>) -> Result<Response<Incoming>, SendError> {
+        let addrs = self
+            .resolver
+            .resolve(&self.host, self.port)
+            .await
+            .map_err(SendError::Connect)?;
+        let mut last = None;
+        for addr in addrs {
+            let connected = match self.open(addr, &self.h2_tls).await {
+                Ok(connected) => connected,
+                Err(e @ ConnectError::Tls(_)) => return Err(SendError::Connect(e)),
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            // The handle is dropped before the answer comes (see `answer_h1`); the connection
+            // ends with the response.
+            let answer = match connected {
+                Connected::H1(mut send) => {
+                    self.shape(&mut req, Version::HTTP_11);
+                    send.send_request(req)
+                }
+                Connected::H2(mut send) => {
+                    self.shape(&mut req, Version::HTTP_2);
+                    return send.send_request(req).await.map_err(SendError::Exchange);
+                }
+            };
+            return answer.await.map_err(SendError::Exchange);
+        }
+        Err(SendError::Connect(last.unwrap_or_else(|| {
+            ConnectError::Resolve(format!("lookup {}: no addresses", self.host))
+        })))
+    }
+
+    /// Shapes `req`'s target for a connection speaking `version`. HTTP/1.1: the origin form
+    /// and `Host: <host>:<port>` (RFC 9112 §3.2: Go's `net/http` and nginx answer 400 without
+    /// it). HTTP/2: the absolute form, which hyper sends as `:scheme` and `:authority`, and
+    /// no `Host` (RFC 9113 §8.3.1).
+    fn shape(&self, req: &mut Request<Body>, version: Version) {
+        let path = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let mut target = http::uri::Parts::default();
+        if version == Version::HTTP_2 {
+            target.scheme = Some(Scheme::HTTPS);
+            target.authority = Some(self.authority.clone());
+            req.headers_mut().remove(header::HOST);
+        } else {
+            req.headers_mut()
+                .insert(header::HOST, self.host_header.clone());
+        }
+        target.path_and_query = Some(path);
+        // Cannot fail: scheme and authority come together, the path is an already parsed one.
+        if let Ok(uri) = Uri::from_parts(target) {
+            *req.uri_mut() = uri;
+        }
+        *req.version_mut() = version;
+    }
+
+    /// A new connection to `addr`, HTTP/2 when `tls` offers it and the backend takes it.
+    async fn open(
+        &self,
+        addr: SocketAddr,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Result<Connected, ConnectError> {
+        let stream = dial(addr, &self.server_name, tls, self.connect_timeout).await?;
         let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
         let io = TokioIo::new(stream);
-        let addr = endpoint.addr;
         if h2 {
             let (send, conn) = http2::Builder::new(TokioExecutor::new())
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -383,6 +513,68 @@ fn not_sent(req: Request<Body>, e: ConnectError) -> Attempt {
         error: SendError::Connect(e),
         eject: true,
     }
+}
+
+/// The head of a request that may be sent again when its first try was not processed:
+/// idempotent (RFC 9110 §9.2.2) and without a body, the requests Go's transport also sends
+/// again. Never an upgrade.
+struct Replay {
+    method: Method,
+    uri: Uri,
+    headers: http::HeaderMap,
+}
+
+impl Replay {
+    fn of(req: &Request<Body>, kind: Kind) -> Option<Self> {
+        use http_body::Body as _;
+        let idempotent = matches!(
+            *req.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
+        (kind != Kind::Upgrade && idempotent && req.body().is_end_stream()).then(|| Self {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            headers: req.headers().clone(),
+        })
+    }
+
+    fn request(&self) -> Request<Body> {
+        let mut req = Request::new(crate::body::empty());
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+}
+
+/// True when an HTTP/1.1 exchange failed because the connection closed (or was reset)
+/// before any answer: the server closed it as idle just as the request went out.
+fn closed_before_answer(e: &hyper::Error) -> bool {
+    use std::io::ErrorKind;
+    e.is_incomplete_message()
+        || e.is_canceled()
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionReset
+                        | ErrorKind::BrokenPipe
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::UnexpectedEof
+                )
+            })
+}
+
+/// True when an HTTP/2 stream was not processed (RFC 9113 §8.7): refused, or above the last
+/// stream of a graceful `GOAWAY`.
+fn refused_h2(e: &hyper::Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<h2::Error>())
+        .is_some_and(|h2| {
+            h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
+        })
 }
 
 /// Power of two choices: of two random endpoints not ejected (and not tried yet), the one with

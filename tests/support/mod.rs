@@ -596,6 +596,9 @@ async fn echo(
         "authority": parts.uri.authority().map(|a| a.to_string())
             .or_else(|| parts.headers.get("host").and_then(|h| h.to_str().ok()).map(str::to_string)),
         "version": format!("{:?}", parts.version),
+        // The request target as it arrived: `/path?query` in origin form, `https://...` in
+        // absolute form (HTTP/2 always reads as absolute).
+        "target": parts.uri.to_string(),
         "headers": headers,
         "peer_cn": peer_cn,
         "remote": remote.to_string(),
