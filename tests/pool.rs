@@ -8,6 +8,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use support::{Echo, World};
 
 const HOST: &str = "a-svc.a-ns.svc";
@@ -237,4 +239,105 @@ async fn without_workers_one_backend_connection_serves_every_client() {
     let s = World::single(|cfg| cfg.worker_threads = 0).await;
     let [a, b] = alternate(&s, 5).await;
     assert!(a.iter().chain(&b).all(|r| r == &a[0]), "{a:?} {b:?}");
+}
+
+/// A backend that answers the first request on each connection and then, like a server
+/// closing an idle connection just as the next request arrives, reads the second one and
+/// closes the connection without a word. Counts the connections it accepted.
+async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (crt, key) = w.pki.leaf("closer", &w.addon_ca, HOST, &[], &[HOST], true);
+    let cert = apigw::tls::ReloadingCert::load(&crt, &key).unwrap();
+    let mut tls = apigw::tls::server_config(cert, None).unwrap();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                for n in 1.. {
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => head.extend_from_slice(&buf[..k]),
+                        }
+                    }
+                    head.clear();
+                    if n > 1 {
+                        return;
+                    }
+                    let body = r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"a.example.com/v1","resources":[]}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A GET whose pooled connection the backend closes before answering is sent again on a new
+/// connection (as Go's transport does); a POST is not, since the backend may have acted on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
+    let w = World::new();
+    let (addr, accepted) = closes_after_one_answer(&w).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[]);
+    // One idle list, so every request after the first finds the pooled connection.
+    cfg.worker_threads = 0;
+    cfg.resolve.insert((HOST.into(), 443), vec![addr]);
+    let gw = w.gateway(cfg).await;
+    let alice = w.client(Some("alice"));
+    let path = "/apis/a.example.com/v1/namespaces/n/things";
+    assert!(
+        support::eventually(10, || async {
+            alice.get(gw.addr, path).await.status == 200
+        })
+        .await,
+        "the backend never became available"
+    );
+    for i in 0..6 {
+        let before = accepted.load(Ordering::SeqCst);
+        let a = alice.get(gw.addr, path).await;
+        assert_eq!(a.status, 200, "GET {i}: {:?}", a.body);
+        // The pooled connection was closed unanswered, so the answer came on a new one.
+        assert_eq!(accepted.load(Ordering::SeqCst), before + 1, "GET {i}");
+    }
+    let post = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    let before = accepted.load(Ordering::SeqCst);
+    let a = alice.send(gw.addr, post).await;
+    a.assert_status(503);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        before,
+        "the POST was sent again"
+    );
 }
