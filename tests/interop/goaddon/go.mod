@@ -1,0 +1,3 @@
+module apigw.test/goaddon
+
+go 1.19
