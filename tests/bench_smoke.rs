@@ -1,5 +1,7 @@
 //! `apigw bench --quick`: the harness runs every scenario that needs no nginx or haproxy against
 //! the gateway and the sample server, exits 0, and its JSON report counts no errors.
+//! `small-get-nginx-backend` is not among them: its backend is nginx, and a run that selects it
+//! fails when nginx is missing.
 
 use std::process::Command;
 

@@ -196,6 +196,12 @@ impl Env {
     /// Straight to the backend, as the gateway reaches it: proxy client certificate, service
     /// name verified against the addon CA, identity in `X-Remote-User`.
     pub fn direct(&self) -> anyhow::Result<Target> {
+        self.direct_to(self.sample_addr, vec![self.sample.pid()])
+    }
+
+    /// Straight to another backend at `addr` serving the same certificate (processes `pids`),
+    /// presenting what [`Env::direct`] presents.
+    pub fn direct_to(&self, addr: SocketAddr, pids: Vec<u32>) -> anyhow::Result<Target> {
         let (h1, h2) = client_configs(
             &self.pki("addon-ca.crt"),
             &self.pki("proxy-client.crt"),
@@ -203,7 +209,7 @@ impl Env {
         )?;
         Ok(Target {
             name: "direct".into(),
-            addr: self.sample_addr,
+            addr,
             server_name: ServerName::try_from(SERVICE_NAME.to_string())
                 .context("the service name")?,
             h1,
@@ -218,7 +224,7 @@ impl Env {
                     HeaderValue::from_static("system:masters"),
                 ),
             ],
-            pids: vec![self.sample.pid()],
+            pids,
         })
     }
 
@@ -254,6 +260,17 @@ impl Env {
         name: &str,
         services: &[serde_json::Value],
     ) -> anyhow::Result<(Proc, Target)> {
+        self.gateway_to(name, services, self.sample_addr).await
+    }
+
+    /// [`Env::gateway`] with the service name resolving to `backend` instead of the sample
+    /// server.
+    pub async fn gateway_to(
+        &self,
+        name: &str,
+        services: &[serde_json::Value],
+        backend: SocketAddr,
+    ) -> anyhow::Result<(Proc, Target)> {
         let manifests = self.dir.path().join(format!("{name}-apiservices"));
         std::fs::create_dir_all(&manifests)
             .with_context(|| format!("creating {}", manifests.display()))?;
@@ -278,7 +295,7 @@ impl Env {
         cmd.arg("--apiservice-dir")
             .arg(&manifests)
             .arg("--resolve")
-            .arg(format!("{SERVICE_NAME}:443={}", self.sample_addr))
+            .arg(format!("{SERVICE_NAME}:443={backend}"))
             .args(&self.gateway_args)
             .env("RUST_LOG", "warn");
         let mut proc = Proc::spawn(name, cmd, self.dir.path())?;

@@ -5,12 +5,13 @@
 //! request failed, never because of speed.
 //!
 //! [`env`] owns the processes and TLS clients, [`peers`] nginx and haproxy, [`load`] the load
-//! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`], [`big_list`] and
-//! [`watches`] the scenarios, [`report`] and [`report_checks`] the output.
+//! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`], [`big_list`],
+//! [`nginx_backend`] and [`watches`] the scenarios, [`report`] and [`report_checks`] the output.
 
 mod big_list;
 mod env;
 mod load;
+mod nginx_backend;
 mod peers;
 mod report;
 mod report_checks;
@@ -28,10 +29,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 11] = [
+pub const SCENARIOS: [&str; 12] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
+    nginx_backend::NAME,
     "list-10m",
     "big-list",
     "post-1m",
@@ -61,10 +63,12 @@ pub struct BenchArgs {
     /// error, never on speed.
     #[arg(long)]
     pub quick: bool,
-    /// Do not apt-get install missing nginx/haproxy; their columns are skipped instead.
+    /// Do not apt-get install missing nginx/haproxy; their columns are skipped instead (but
+    /// small-get-nginx-backend, whose backend is nginx, fails without nginx).
     #[arg(long)]
     pub no_install: bool,
-    /// Never start nginx or haproxy, even when installed (hermetic runs, such as the tests).
+    /// Never start nginx or haproxy as peer proxies, even when installed (hermetic runs, such
+    /// as the tests). small-get-nginx-backend still starts nginx as its backend.
     #[arg(long)]
     pub no_peers: bool,
     /// Idle watches to open (default 10000, 200 with --quick).

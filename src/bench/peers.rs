@@ -33,19 +33,18 @@ pub fn installed(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Installs nginx and haproxy with apt-get (the harness's only side effect outside its
-/// temporary directory).
-pub fn install() -> anyhow::Result<()> {
-    eprintln!("apigw bench: installing nginx and haproxy with apt-get");
+/// Installs `packages` (nginx, haproxy) with apt-get (the harness's only side effect outside
+/// its temporary directory).
+pub fn install(packages: &[&str]) -> anyhow::Result<()> {
+    let command = format!("apt-get install -y {}", packages.join(" "));
+    eprintln!("apigw bench: {command}");
     let status = Command::new("apt-get")
-        .args(["install", "-y", "nginx", "haproxy"])
+        .args(["install", "-y"])
+        .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive")
         .status()
-        .context("running apt-get install -y nginx haproxy")?;
-    anyhow::ensure!(
-        status.success(),
-        "apt-get install -y nginx haproxy: {status}"
-    );
+        .with_context(|| format!("running {command}"))?;
+    anyhow::ensure!(status.success(), "{command}: {status}");
     Ok(())
 }
 
@@ -54,7 +53,7 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 /// `(major, minor, patch)` of the installed nginx.
-fn nginx_version() -> Option<(u32, u32, u32)> {
+pub fn nginx_version() -> Option<(u32, u32, u32)> {
     let out = Command::new("nginx").arg("-v").output().ok()?;
     let text = String::from_utf8_lossy(&out.stderr);
     let v = text.split("nginx/").nth(1)?.split_whitespace().next()?;
@@ -63,7 +62,7 @@ fn nginx_version() -> Option<(u32, u32, u32)> {
 }
 
 /// True when this process runs as root (nginx then needs `user root` to read its temp paths).
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("Uid:"))
@@ -72,8 +71,15 @@ fn is_root() -> bool {
     })
 }
 
-/// Starts nginx in the foreground with a generated configuration.
+/// Starts nginx in the foreground with a generated configuration, in front of the sample
+/// server.
 pub async fn nginx(env: &Env) -> anyhow::Result<Peer> {
+    nginx_to(env, "nginx", env.sample_addr).await
+}
+
+/// Starts nginx as the reverse proxy in front of `backend` (which serves the sample server's
+/// certificate). `name` names its process, configuration, logs and temporary paths.
+pub async fn nginx_to(env: &Env, name: &str, backend: SocketAddr) -> anyhow::Result<Peer> {
     let dir = env.dir.path();
     let port = free_port()?;
     let modern_h2 = nginx_version().is_some_and(|v| v >= (1, 25, 1));
@@ -87,17 +93,17 @@ pub async fn nginx(env: &Env) -> anyhow::Result<Peer> {
     let conf = format!(
         r#"{user}
 worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/nginx-error.log warn;
+pid {d}/{name}.pid;
+error_log {d}/{name}-error.log warn;
 daemon off;
 events {{ worker_connections 8000; }}
 http {{
   access_log off;
-  client_body_temp_path {d}/nginx-body;
-  proxy_temp_path {d}/nginx-proxy;
-  fastcgi_temp_path {d}/nginx-fastcgi;
-  uwsgi_temp_path {d}/nginx-uwsgi;
-  scgi_temp_path {d}/nginx-scgi;
+  client_body_temp_path {d}/{name}-body;
+  proxy_temp_path {d}/{name}-proxy;
+  fastcgi_temp_path {d}/{name}-fastcgi;
+  uwsgi_temp_path {d}/{name}-uwsgi;
+  scgi_temp_path {d}/{name}-scgi;
   map $ssl_client_s_dn $client_cn {{
     default "";
     "~(^|,)CN=(?<cn>[^,]+)" $cn;
@@ -147,7 +153,6 @@ http {{
 }}
 "#,
         user = if is_root() { "user root;" } else { "" },
-        backend = env.sample_addr,
         serving_crt = p("serving.crt"),
         serving_key = p("serving.key"),
         client_ca = p("client-ca.crt"),
@@ -156,13 +161,13 @@ http {{
         addon_ca = p("addon-ca.crt"),
         static_dir = STATIC_DIR,
     );
-    let conf_path = dir.join("nginx.conf");
+    let conf_path = dir.join(format!("{name}.conf"));
     write(&conf_path, &conf)?;
     std::fs::create_dir_all(dir.join(STATIC_DIR)).context("creating the static directory")?;
     let mut cmd = Command::new("nginx");
     cmd.arg("-p").arg(dir).arg("-c").arg(&conf_path);
-    cmd.arg("-e").arg(dir.join("nginx-error.log"));
-    let mut proc = Proc::spawn("nginx", cmd, dir)?;
+    cmd.arg("-e").arg(dir.join(format!("{name}-error.log")));
+    let mut proc = Proc::spawn(name, cmd, dir)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut target = env.front_target("nginx", addr, vec![proc.pid()]);
     wait_ready(&target, "/healthz", &mut proc).await?;
@@ -174,8 +179,14 @@ http {{
     })
 }
 
-/// Starts haproxy in the foreground with a generated configuration.
+/// Starts haproxy in the foreground with a generated configuration, in front of the sample
+/// server.
 pub async fn haproxy(env: &Env) -> anyhow::Result<Peer> {
+    haproxy_to(env, "haproxy", env.sample_addr).await
+}
+
+/// Starts haproxy as the reverse proxy in front of `backend`; `name` as for [`nginx_to`].
+pub async fn haproxy_to(env: &Env, name: &str, backend: SocketAddr) -> anyhow::Result<Peer> {
     let dir = env.dir.path();
     let port = free_port()?;
     let pem = |name: &str| -> anyhow::Result<String> {
@@ -215,13 +226,12 @@ backend wardle
         proxy = pem("proxy-client")?,
         client_ca = env.pki("client-ca.crt").display(),
         addon_ca = env.pki("addon-ca.crt").display(),
-        backend = env.sample_addr,
     );
-    let conf_path = dir.join("haproxy.cfg");
+    let conf_path = dir.join(format!("{name}.cfg"));
     write(&conf_path, &conf)?;
     let mut cmd = Command::new("haproxy");
     cmd.arg("-db").arg("-f").arg(&conf_path);
-    let mut proc = Proc::spawn("haproxy", cmd, dir)?;
+    let mut proc = Proc::spawn(name, cmd, dir)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let target = env.front_target("haproxy", addr, vec![proc.pid()]);
     wait_ready(&target, "/healthz", &mut proc).await?;

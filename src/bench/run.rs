@@ -6,7 +6,7 @@ use super::load::Target;
 use super::peers::{self, Peer};
 use super::report::Report;
 use super::stats::{rss_kib, Machine};
-use super::{big_list, scenarios, watches, BenchArgs, Figure, Row, Settings};
+use super::{big_list, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings};
 
 /// The targets of one run and what was left out.
 struct World {
@@ -17,6 +17,9 @@ struct World {
     peers: Vec<Peer>,
     skipped: Vec<String>,
     errors: Vec<String>,
+    /// Not allowed to apt-get install (`--no-install` or `--quick`).
+    no_install: bool,
+    no_peers: bool,
 }
 
 impl World {
@@ -41,10 +44,13 @@ impl World {
     }
 }
 
-const NEEDS_PEERS: [&str; 7] = [
+/// Scenarios measured against nginx and haproxy. small-get-nginx-backend starts its own,
+/// in front of its own backend; the others share the pair started at the beginning of the run.
+const NEEDS_PEERS: [&str; 8] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
+    nginx_backend::NAME,
     "list-10m",
     "post-1m",
     "discovery",
@@ -72,9 +78,15 @@ async fn start_peers(args: &BenchArgs, env: &Env, wanted: &[&str]) -> Baselines 
     }
     let missing = ["nginx", "haproxy"].iter().any(|p| !peers::installed(p));
     if missing && !args.no_install && !args.quick {
-        if let Err(e) = peers::install() {
+        if let Err(e) = peers::install(&["nginx", "haproxy"]) {
             b.errors.push(format!("{e:#}"));
         }
+    }
+    if !wanted
+        .iter()
+        .any(|s| NEEDS_PEERS.contains(s) && *s != nginx_backend::NAME)
+    {
+        return b;
     }
     for name in ["nginx", "haproxy"] {
         if !peers::installed(name) {
@@ -109,6 +121,8 @@ pub async fn run(args: &BenchArgs, s: &Settings, wanted: &[&str]) -> anyhow::Res
         peers: baselines.peers,
         skipped: baselines.skipped,
         errors: baselines.errors,
+        no_install: args.no_install || args.quick,
+        no_peers: args.no_peers,
     };
     let mut rows = Vec::new();
     let mut figures = Vec::new();
@@ -146,6 +160,22 @@ async fn one(
         "list-10m" => scenarios::list_10m(s, &all).await,
         "post-1m" => scenarios::post_1m(s, &all).await,
         "handshake" => scenarios::handshakes(s, &all).await,
+        nginx_backend::NAME => {
+            let opts = nginx_backend::Options {
+                may_install: !w.no_install,
+                no_peers: w.no_peers,
+            };
+            match nginx_backend::run(s, &w.env, &opts).await {
+                Ok((r, skipped)) => {
+                    w.skipped.extend(skipped);
+                    r
+                }
+                Err(e) => {
+                    w.errors.push(format!("{scenario}: {e:#}"));
+                    Vec::new()
+                }
+            }
+        }
         "big-list" => match big_list(s, w).await {
             Ok((r, f)) => {
                 figures.extend(f);

@@ -139,7 +139,7 @@ pub async fn discovery(
 }
 
 /// One GET of `job.path`, returning the body.
-async fn fetch(target: &Target, job: &Job) -> anyhow::Result<Vec<u8>> {
+pub(super) async fn fetch(target: &Target, job: &Job) -> anyhow::Result<Vec<u8>> {
     use http_body_util::BodyExt;
     let sender = load::connect(target, Proto::H1)
         .await
