@@ -314,3 +314,44 @@ async fn exec_echo(world: &World, addr: SocketAddr, name: &str) -> String {
         .await
         .expect("the exec session did not end")
 }
+
+/// `apigw doctor` walks the request path to the Go addon: its own probe (HTTP/1.1, `Host`
+/// naming the service, the proxy client certificate) gets Go's APIResourceList.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_probes_a_go_addon() {
+    let world = World::new();
+    let addon = GoAddon::start(&world, GoOpts::default()).await;
+    addon.register(&world);
+    let mut cfg = world.config(&[]);
+    addon.resolve(&mut cfg);
+    let opts = apigw::doctor::Options {
+        names: Vec::new(),
+        ca_dir: world.pki.path("doctor-ca"),
+    };
+    let report = apigw::doctor::diagnose(&cfg, &opts).await;
+    assert!(!report.failed(), "{}", report.to_text());
+    let svc = report
+        .service("v1.interop.example.com")
+        .unwrap_or_else(|| panic!("{}", report.to_text()));
+    let discovery = svc
+        .steps
+        .iter()
+        .find(|s| s.check == "discovery")
+        .unwrap_or_else(|| panic!("{}", report.to_text()));
+    assert_eq!(
+        discovery.status,
+        apigw::doctor::Status::Ok,
+        "{}",
+        report.to_text()
+    );
+    assert!(
+        discovery.message.contains("APIResourceList"),
+        "{}",
+        report.to_text()
+    );
+    let log = std::fs::read_to_string(&addon.log).unwrap();
+    assert!(
+        log.contains(r#"host="widgets.interop.svc:443" uri="/apis/interop.example.com/v1""#),
+        "{log}"
+    );
+}
