@@ -291,8 +291,9 @@ async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<Atomic
     (addr, accepted)
 }
 
-/// A GET whose pooled connection the backend closes before answering is sent again on a new
-/// connection (as Go's transport does); a POST is not, since the backend may have acted on it.
+/// A GET whose pooled connection (idle a while) the backend closes before answering is sent
+/// again on a new connection, as Go's transport does; a POST is not, since the backend may
+/// have acted on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
     let w = World::new();
@@ -322,6 +323,9 @@ async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
         "the backend never became available"
     );
     for i in 0..6 {
+        // Idle long enough that a server might close the connection for it: the gateway
+        // keeps a copy of such a request to send again.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         let before = accepted.load(Ordering::SeqCst);
         let a = alice.get(gw.addr, path).await;
         assert_eq!(a.status, 200, "GET {i}: {:?}", a.body);
@@ -332,6 +336,7 @@ async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
         .header("content-type", "application/json")
         .body(Bytes::from_static(b"{}"))
         .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     let before = accepted.load(Ordering::SeqCst);
     let a = alice.send(gw.addr, post).await;
     a.assert_status(503);

@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
 /// An idle HTTP/1.1 connection older than this is closed rather than reused.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// A request on a connection idle at least this long may be sent again if the server closes
+/// the connection without answering (no server closes idle connections sooner).
+const IDLE_BEFORE_REPLAY: Duration = Duration::from_millis(100);
 /// Idle HTTP/1.1 connections kept per endpoint.
 const MAX_IDLE: usize = 64;
 /// Streams one HTTP/2 connection carries before the next watch opens another connection.
@@ -126,13 +129,14 @@ enum Attempt {
         error: SendError,
         eject: bool,
     },
-    /// The request went out and the exchange failed. `unprocessed` when the failure shows the
-    /// server did not act on it: a reused HTTP/1.1 connection the server closed before any
-    /// answer (it closes idle connections at its own pace), or an HTTP/2 stream it refused or
-    /// left out of a `GOAWAY`. Such a request may be sent again if it is replayable.
+    /// The request went out and the exchange failed. `again` is the request to send once
+    /// more when it is replayable (see [`Replay`]) and the failure shows the server did not
+    /// act on it: an HTTP/1.1 connection that sat idle and that the server closed before any
+    /// answer (servers close idle connections at their own pace), or an HTTP/2 stream it
+    /// refused or left out of a `GOAWAY`.
     Sent {
         error: hyper::Error,
-        unprocessed: bool,
+        again: Option<Box<Request<Body>>>,
     },
 }
 
@@ -173,7 +177,6 @@ impl Pool {
         kind: Kind,
     ) -> Result<Response<PooledBody>, SendError> {
         let endpoints = self.endpoints().await?;
-        let replay = Replay::of(&req, kind);
         let mut tried: Vec<usize> = Vec::new();
         let mut last = None;
         for _ in 0..MAX_ATTEMPTS {
@@ -202,15 +205,18 @@ impl Pool {
                     req = *back;
                     last = Some(error);
                 }
-                Err(Attempt::Sent { error, unprocessed }) => match &replay {
-                    Some(head) if unprocessed => {
-                        tracing::debug!(addr = %endpoint.addr, error = %chain(&error),
-                            "backend closed the connection before answering; sending again");
-                        req = head.request();
-                        last = Some(SendError::Exchange(error));
-                    }
-                    _ => return Err(SendError::Exchange(error)),
-                },
+                Err(Attempt::Sent {
+                    error,
+                    again: Some(again),
+                }) => {
+                    tracing::debug!(addr = %endpoint.addr, error = %chain(&error),
+                        "the backend did not process the request; sending it again");
+                    req = *again;
+                    last = Some(SendError::Exchange(error));
+                }
+                Err(Attempt::Sent { error, again: None }) => {
+                    return Err(SendError::Exchange(error))
+                }
             }
         }
         Err(last.unwrap_or_else(|| {
@@ -285,18 +291,19 @@ impl Pool {
         if kind == Kind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
             return self.attempt_h2(endpoint, req).await;
         }
-        let (send, fresh) = loop {
+        // How long the connection sat idle; None for a new one.
+        let (send, idle_for) = loop {
             match endpoint.checkout() {
                 // Ready once its connection has finished the previous exchange.
-                Some(mut send) => {
+                Some((mut send, since)) => {
                     if send.ready().await.is_ok() {
-                        break (send, false);
+                        break (send, Some(since.elapsed()));
                     }
                 }
                 // Boxed: the rarely taken connect path (TCP, TLS and HTTP handshakes) would
                 // otherwise make every request's future as large as its own.
                 None => match Box::pin(self.connect(endpoint, &self.h1_tls)).await {
-                    Ok(Connected::H1(send)) => break (send, true),
+                    Ok(Connected::H1(send)) => break (send, None),
                     Ok(Connected::H2(_)) => {
                         let e =
                             ConnectError::Tls("the backend chose h2, which was not offered".into());
@@ -306,6 +313,11 @@ impl Pool {
                 },
             }
         };
+        // A server closes a connection for idleness only after it sat idle a while; the copy
+        // to send again is taken only then (it costs a header map on the busiest path).
+        let replay = idle_for
+            .filter(|idle| *idle >= IDLE_BEFORE_REPLAY)
+            .and_then(|_| Replay::of(&req, kind));
         self.shape(&mut req, Version::HTTP_11);
         answer_h1(send, req)
             .await
@@ -314,12 +326,14 @@ impl Pool {
                 Some(req) => Attempt::NotSent {
                     req: Box::new(req),
                     error: SendError::Exchange(e.into_error()),
-                    eject: fresh,
+                    eject: idle_for.is_none(),
                 },
                 None => {
                     let error = e.into_error();
                     Attempt::Sent {
-                        unprocessed: !fresh && closed_before_answer(&error),
+                        again: replay
+                            .filter(|_| closed_before_answer(&error))
+                            .map(|r| Box::new(r.request())),
                         error,
                     }
                 }
@@ -352,7 +366,7 @@ impl Pool {
                             self.shape(&mut req, Version::HTTP_11);
                             return answer_h1(send, req).await.map_err(|e| Attempt::Sent {
                                 error: e.into_error(),
-                                unprocessed: false,
+                                again: None,
                             });
                         }
                         Err(e) => return Err(not_sent(req, e)),
@@ -364,6 +378,8 @@ impl Pool {
         // why a handle held here could keep a request unanswered. The pool's own handle goes
         // when the next watch prunes the closed connection.
         self.shape(&mut req, Version::HTTP_2);
+        // A graceful GOAWAY can come at any moment of a connection's life.
+        let replay = Replay::of(&req, Kind::Watch);
         let answer = conn.send.clone().try_send_request(req);
         match answer.await {
             Ok(res) => Ok((res, Conn::H2(conn.streams))),
@@ -378,7 +394,9 @@ impl Pool {
                     None => {
                         let error = e.into_error();
                         Err(Attempt::Sent {
-                            unprocessed: refused_h2(&error),
+                            again: replay
+                                .filter(|_| refused_h2(&error))
+                                .map(|r| Box::new(r.request())),
                             error,
                         })
                     }
@@ -643,12 +661,13 @@ impl Endpoint {
         lock(&self.idle[crate::server::workers::slot() % self.idle.len()])
     }
 
-    /// The most recently used idle connection of this worker that is still open.
-    fn checkout(&self) -> Option<http1::SendRequest<Body>> {
+    /// The most recently used idle connection of this worker that is still open, and when it
+    /// went idle.
+    fn checkout(&self) -> Option<(http1::SendRequest<Body>, Instant)> {
         let mut idle = self.idle_here();
         while let Some((send, since)) = idle.pop() {
             if since.elapsed() < IDLE_TIMEOUT && !send.is_closed() {
-                return Some(send);
+                return Some((send, since));
             }
         }
         None
