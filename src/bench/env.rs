@@ -144,11 +144,13 @@ pub struct Env {
     pub exe: PathBuf,
     /// More `apigw serve` flags for every gateway this run starts (`--gateway-arg`).
     pub gateway_args: Vec<String>,
+    /// `RUST_LOG` of every gateway this run starts (`--gateway-log`).
+    pub gateway_log: String,
 }
 
 impl Env {
     /// Writes the PKI and starts the sample server.
-    pub async fn start(gateway_args: Vec<String>) -> anyhow::Result<Self> {
+    pub async fn start(gateway_args: Vec<String>, gateway_log: String) -> anyhow::Result<Self> {
         let dir = TempDir::new()?;
         write_dev_pki(&DevPkiOptions {
             out: dir.path().join("pki"),
@@ -183,6 +185,7 @@ impl Env {
             front,
             exe,
             gateway_args,
+            gateway_log,
         };
         let direct = env.direct()?;
         wait_ready(&direct, "/healthz", &mut env.sample).await?;
@@ -297,7 +300,7 @@ impl Env {
             .arg("--resolve")
             .arg(format!("{SERVICE_NAME}:443={backend}"))
             .args(&self.gateway_args)
-            .env("RUST_LOG", "warn");
+            .env("RUST_LOG", &self.gateway_log);
         let mut proc = Proc::spawn(name, cmd, self.dir.path())?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let target = self.front_target("apigw", addr, vec![proc.pid()]);

@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// `--gateway-arg=--worker-threads=0`.
     #[arg(long, allow_hyphen_values = true)]
     pub gateway_arg: Vec<String>,
+    /// `RUST_LOG` of the gateways the run starts: `warn` leaves the access log off, as the
+    /// peers run; `info` is apigw's default configuration, one access line per request
+    /// (written to the gateway's log file in the run's directory).
+    #[arg(long, default_value = "warn")]
+    pub gateway_log: String,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/latest.json")]
     pub json: PathBuf,

@@ -109,7 +109,7 @@ async fn start_peers(args: &BenchArgs, env: &Env, wanted: &[&str]) -> Baselines 
 pub async fn run(args: &BenchArgs, s: &Settings, wanted: &[&str]) -> anyhow::Result<Report> {
     let machine = Machine::read();
     eprintln!("apigw bench: {machine}");
-    let env = Env::start(args.gateway_arg.clone()).await?;
+    let env = Env::start(args.gateway_arg.clone(), args.gateway_log.clone()).await?;
     let (gateway, apigw) = env.gateway("apigw", &[env.wardle_apiservice()?]).await?;
     let direct = env.direct()?;
     let baselines = start_peers(args, &env, wanted).await;
