@@ -42,8 +42,11 @@ async fn behind_gateway(world: &World, opts: GoOpts) -> (GoAddon, support::Gatew
     (addon, gw)
 }
 
-/// One keep-alive HTTP/1.1 connection to the gateway as alice.
-async fn keep_alive(world: &World, addr: SocketAddr) -> SendRequest<Full<Bytes>> {
+/// A TLS connection to the gateway as alice, offering HTTP/1.1 only.
+async fn alice_tls(
+    world: &World,
+    addr: SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let p = |n: &str| world.pki.path(n);
     let roots =
         apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
@@ -58,10 +61,15 @@ async fn keep_alive(world: &World, addr: SocketAddr) -> SendRequest<Full<Bytes>>
         .unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls))
+    tokio_rustls::TlsConnector::from(Arc::new(tls))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// One keep-alive HTTP/1.1 connection to the gateway as alice.
+async fn keep_alive(world: &World, addr: SocketAddr) -> SendRequest<Full<Bytes>> {
+    let tls = alice_tls(world, addr).await;
     let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
         .await
         .unwrap();
@@ -261,24 +269,7 @@ async fn a_go_delegate_gets_unclaimed_paths_with_host_and_upgrades() {
 /// Runs `echo hi there` in widget `name` over a v5.channel.k8s.io WebSocket through the
 /// gateway; returns what arrived on stdout once the server closed the session.
 async fn exec_echo(world: &World, addr: SocketAddr, name: &str) -> String {
-    let p = |n: &str| world.pki.path(n);
-    let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            apigw::tls::load_certs(&p("alice.crt")).unwrap(),
-            apigw::tls::load_key(&p("alice.key")).unwrap(),
-        )
-        .unwrap();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = alice_tls(world, addr).await;
     let url = format!(
         "wss://localhost:{}{WIDGETS}/{name}/exec?command=echo&command=hi%20there&stdout=true",
         addr.port()
