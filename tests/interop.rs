@@ -8,7 +8,6 @@
 mod support;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -19,13 +18,11 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use support::exec::{Exec, V4, V5};
 use support::goaddon::{GoAddon, GoOpts};
 use support::{Client, World};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 const WIDGETS: &str = "/apis/interop.example.com/v1/namespaces/default/widgets";
 
@@ -376,113 +373,15 @@ impl Watch {
     }
 }
 
-/// A WebSocket exec session through the gateway.
-struct Exec {
-    ws: WebSocketStream<TlsStream<TcpStream>>,
-    protocol: String,
-}
-
-/// What a finished exec printed and its channel-3 status.
-#[derive(Debug, Default)]
-struct Outcome {
-    stdout: String,
-    stderr: String,
-    status: Value,
-}
-
-const V5: &str = "v5.channel.k8s.io";
-const V4: &str = "v4.channel.k8s.io";
-
 impl Stack {
-    /// Starts `argv` in widget `default/name` over a WebSocket through the gateway, offering
-    /// `protocols`, and claiming to be mallory in system:masters with `X-Remote-*` headers
-    /// that the gateway must drop.
+    /// Starts `argv` in widget `default/name`, offering `protocols` (see [`Exec::start`]).
     async fn exec(&self, name: &str, argv: &[&str], protocols: &str) -> Exec {
-        let mut query: Vec<String> = argv
-            .iter()
-            .map(|a| format!("command={}", a.replace(' ', "%20")))
-            .collect();
-        query.extend(["stdin=true", "stdout=true", "stderr=true"].map(str::to_string));
         let url = format!(
-            "wss://localhost:{}{WIDGETS}/{name}/exec?{}",
-            self.gw.addr.port(),
-            query.join("&")
+            "wss://localhost:{}{WIDGETS}/{name}/exec",
+            self.gw.addr.port()
         );
-        let mut req = url.into_client_request().unwrap();
-        let h = req.headers_mut();
-        h.insert("sec-websocket-protocol", protocols.parse().unwrap());
-        h.insert("x-remote-user", "mallory".parse().unwrap());
-        h.insert("x-remote-group", "system:masters".parse().unwrap());
         let tls = self.tls_stream(&[b"http/1.1"]).await;
-        let (ws, res) = tokio::time::timeout(PATIENCE, tokio_tungstenite::client_async(req, tls))
-            .await
-            .expect("no WebSocket handshake answer in time")
-            .unwrap_or_else(|e| panic!("WebSocket handshake through the gateway failed: {e:?}"));
-        let protocol = res
-            .headers()
-            .get("sec-websocket-protocol")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        Exec { ws, protocol }
-    }
-}
-
-impl Exec {
-    async fn send(&mut self, channel: u8, data: &[u8]) {
-        let mut frame = vec![channel];
-        frame.extend_from_slice(data);
-        self.ws
-            .send(Message::Binary(frame.into()))
-            .await
-            .expect("send to the exec session");
-    }
-
-    /// The next message on `channel` (pings and other channels are skipped).
-    async fn next_on(&mut self, channel: u8) -> Vec<u8> {
-        let read = async {
-            loop {
-                match self.ws.next().await {
-                    Some(Ok(Message::Binary(b))) if b.first() == Some(&channel) => {
-                        return b[1..].to_vec()
-                    }
-                    Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))) => {}
-                    other => panic!("expected a message on channel {channel}, got {other:?}"),
-                }
-            }
-        };
-        tokio::time::timeout(PATIENCE, read)
-            .await
-            .expect("the exec session went quiet")
-    }
-
-    /// Reads every message until the server closes the WebSocket.
-    async fn finish(mut self) -> Outcome {
-        let read = async {
-            let mut out = Outcome::default();
-            while let Some(msg) = self.ws.next().await {
-                let data = match msg {
-                    Ok(Message::Binary(b)) => b,
-                    Ok(Message::Close(_)) => break,
-                    Ok(_) => continue,
-                    Err(e) => panic!("the exec session failed: {e}"),
-                };
-                let text = String::from_utf8_lossy(data.get(1..).unwrap_or_default()).into_owned();
-                match data.first() {
-                    Some(1) => out.stdout.push_str(&text),
-                    Some(2) => out.stderr.push_str(&text),
-                    Some(3) => {
-                        out.status = serde_json::from_str(&text)
-                            .unwrap_or_else(|e| panic!("the status is not JSON ({e}): {text}"))
-                    }
-                    other => panic!("unexpected channel {other:?}"),
-                }
-            }
-            out
-        };
-        tokio::time::timeout(PATIENCE, read)
-            .await
-            .expect("the exec session did not end")
+        Exec::start(tls, &url, argv, protocols).await
     }
 }
 

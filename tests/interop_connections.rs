@@ -6,7 +6,6 @@
 mod support;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -14,10 +13,9 @@ use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use support::exec::{Exec, V5};
 use support::goaddon::{GoAddon, GoOpts};
 use support::World;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 
 const WIDGETS: &str = "/apis/interop.example.com/v1/namespaces/default/widgets";
 
@@ -270,40 +268,12 @@ async fn a_go_delegate_gets_unclaimed_paths_with_host_and_upgrades() {
 /// gateway; returns what arrived on stdout once the server closed the session.
 async fn exec_echo(world: &World, addr: SocketAddr, name: &str) -> String {
     let tls = alice_tls(world, addr).await;
-    let url = format!(
-        "wss://localhost:{}{WIDGETS}/{name}/exec?command=echo&command=hi%20there&stdout=true",
-        addr.port()
-    );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        "v5.channel.k8s.io".parse().unwrap(),
-    );
-    let (mut ws, res) = tokio_tungstenite::client_async(req, tls)
-        .await
-        .unwrap_or_else(|e| panic!("WebSocket handshake through the gateway failed: {e:?}"));
-    assert_eq!(res.headers()["sec-websocket-protocol"], "v5.channel.k8s.io");
-    let read = async {
-        let mut stdout = String::new();
-        let mut status = serde_json::Value::Null;
-        while let Some(msg) = ws.next().await {
-            match msg.expect("the exec session failed") {
-                Message::Binary(b) if b.first() == Some(&1) => {
-                    stdout.push_str(&String::from_utf8_lossy(&b[1..]))
-                }
-                Message::Binary(b) if b.first() == Some(&3) => {
-                    status = serde_json::from_slice(&b[1..]).unwrap()
-                }
-                Message::Close(_) => break,
-                _ => {}
-            }
-        }
-        assert_eq!(status["status"], "Success", "{status}");
-        stdout
-    };
-    tokio::time::timeout(Duration::from_secs(20), read)
-        .await
-        .expect("the exec session did not end")
+    let url = format!("wss://localhost:{}{WIDGETS}/{name}/exec", addr.port());
+    let exec = Exec::start(tls, &url, &["echo", "hi there"], V5).await;
+    assert_eq!(exec.protocol, V5);
+    let done = exec.finish().await;
+    assert_eq!(done.status["status"], "Success", "{:?}", done);
+    done.stdout
 }
 
 /// `apigw doctor` walks the request path to the Go addon: its own probe (HTTP/1.1, `Host`

@@ -7,7 +7,6 @@ mod support;
 
 use apigw::sample::{SampleConfig, SampleServer, SampleStats};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -18,12 +17,12 @@ use std::io::BufRead;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::exec::{Exec, V4, V5};
 use support::World;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
 
 const HOST: &str = "wardle-server.wardle-namespace.svc";
 const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1/namespaces/w/flunders";
@@ -584,113 +583,17 @@ async fn a_hundred_watches_share_one_h2_connection() {
     assert!(rvs.iter().all(|rv| *rv == rvs[0]), "{rvs:?}");
 }
 
-/// A WebSocket exec session through the gateway.
-struct Exec {
-    ws: WebSocketStream<TlsStream<TcpStream>>,
-    protocol: String,
-}
-
-/// What a finished exec printed and its channel-3 status.
-#[derive(Debug, Default)]
-struct Outcome {
-    stdout: String,
-    stderr: String,
-    status: Value,
-}
-
 impl Stack {
-    /// Starts `argv` in flunder `w/name`, offering `protocols`, with a spoofed identity that the
-    /// gateway must drop.
+    /// Starts `argv` in flunder `w/name`, offering `protocols` (see [`Exec::start`]).
     async fn exec(&self, name: &str, argv: &[&str], protocols: &str) -> Exec {
-        let mut query: Vec<String> = argv
-            .iter()
-            .map(|a| format!("command={}", a.replace(' ', "%20")))
-            .collect();
-        query.extend(["stdin=true", "stdout=true", "stderr=true"].map(str::to_string));
         let url = format!(
-            "wss://localhost:{}{FLUNDERS}/{name}/exec?{}",
-            self.gw.addr.port(),
-            query.join("&")
+            "wss://localhost:{}{FLUNDERS}/{name}/exec",
+            self.gw.addr.port()
         );
-        let mut req = url.into_client_request().expect("WebSocket request");
-        let h = req.headers_mut();
-        h.insert("sec-websocket-protocol", protocols.parse().expect("header"));
-        h.insert("x-remote-user", "mallory".parse().expect("header"));
-        h.insert("x-remote-group", "system:masters".parse().expect("header"));
         let tls = self.tls_stream(&[b"http/1.1"]).await;
-        let (ws, res) = tokio_tungstenite::client_async(req, tls)
-            .await
-            .unwrap_or_else(|e| panic!("WebSocket handshake through the gateway failed: {e:?}"));
-        let protocol = res
-            .headers()
-            .get("sec-websocket-protocol")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        Exec { ws, protocol }
+        Exec::start(tls, &url, argv, protocols).await
     }
 }
-
-impl Exec {
-    async fn send(&mut self, channel: u8, data: &[u8]) {
-        let mut frame = vec![channel];
-        frame.extend_from_slice(data);
-        self.ws
-            .send(Message::Binary(frame.into()))
-            .await
-            .expect("send to the exec session");
-    }
-
-    /// The next message on `channel` (others are collected into nothing); fails on timeout.
-    async fn next_on(&mut self, channel: u8) -> Vec<u8> {
-        let read = async {
-            loop {
-                match self.ws.next().await {
-                    Some(Ok(Message::Binary(b))) if b.first() == Some(&channel) => {
-                        return b[1..].to_vec()
-                    }
-                    Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))) => {}
-                    other => panic!("expected a message on channel {channel}, got {other:?}"),
-                }
-            }
-        };
-        tokio::time::timeout(PATIENCE, read)
-            .await
-            .expect("the exec session went quiet")
-    }
-
-    /// Reads every message until the server closes the WebSocket.
-    async fn finish(mut self) -> Outcome {
-        let read = async {
-            let mut out = Outcome::default();
-            while let Some(msg) = self.ws.next().await {
-                let data = match msg {
-                    Ok(Message::Binary(b)) => b,
-                    Ok(Message::Close(_)) => break,
-                    Ok(_) => continue,
-                    Err(e) => panic!("exec session failed: {e}"),
-                };
-                let text = String::from_utf8_lossy(data.get(1..).unwrap_or_default()).into_owned();
-                match data.first() {
-                    Some(1) => out.stdout.push_str(&text),
-                    Some(2) => out.stderr.push_str(&text),
-                    Some(3) => {
-                        out.status = serde_json::from_str(&text)
-                            .unwrap_or_else(|e| panic!("status is not JSON ({e}): {text}"))
-                    }
-                    other => panic!("unexpected channel {other:?}"),
-                }
-            }
-            out
-        };
-        tokio::time::timeout(PATIENCE, read)
-            .await
-            .expect("the exec session did not end")
-    }
-}
-
-const V5: &str = "v5.channel.k8s.io";
-const V4: &str = "v4.channel.k8s.io";
 
 /// A stack with flunder `w/box` to exec in.
 async fn exec_stack() -> Stack {
@@ -901,10 +804,7 @@ async fn backend_shutdown_ends_exec_sessions() {
     if let Some(stop) = s.stop_sample.take() {
         let _ = stop.send(());
     }
-    let closed = tokio::time::timeout(PATIENCE, cat.ws.next())
-        .await
-        .expect("the exec session outlived the server");
-    match closed {
+    match cat.next_message().await {
         Some(Ok(Message::Close(Some(frame)))) => {
             assert_eq!(u16::from(frame.code), 1001, "{frame:?}")
         }
