@@ -394,8 +394,12 @@ impl Query {
             match k {
                 "watch" => q.watch = matches!(&*v, "1" | "true" | "True" | ""),
                 "resourceVersion" => q.resource_version = v.parse().ok(),
+                // Clamped, so the watch's deadline (now + timeout) cannot overflow.
                 "timeoutSeconds" => {
-                    q.timeout = v.parse().map(Duration::from_secs).unwrap_or(q.timeout)
+                    q.timeout = v
+                        .parse()
+                        .map(|s| Duration::from_secs(s).min(crate::config::MAX_DURATION))
+                        .unwrap_or(q.timeout)
                 }
                 "fieldSelector" => q.name = v.strip_prefix("metadata.name=").map(str::to_string),
                 _ => {}
@@ -434,4 +438,34 @@ pub fn document(doc: &Value) -> Response<Body> {
         http::HeaderValue::from_static("application/json"),
     );
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn any_timeout_seconds_starts_a_watch() {
+        let api = ApiServices::default();
+        for t in [
+            "18446744073709551615",
+            "9223372036854775807",
+            "99999999999999999999",
+            "-1",
+            "x",
+            "0",
+        ] {
+            let req = Request::get(format!(
+                "/apis/{GROUP}/v1/apiservices?watch=1&timeoutSeconds={t}"
+            ))
+            .body(())
+            .unwrap();
+            let res = api.handle(&req, &["apiservices"]);
+            assert_eq!(res.status(), http::StatusCode::OK, "timeoutSeconds={t}");
+        }
+        assert_eq!(
+            Query::parse(Some("timeoutSeconds=18446744073709551615")).timeout,
+            crate::config::MAX_DURATION
+        );
+    }
 }

@@ -273,7 +273,13 @@ impl Sink {
             return Ok(());
         };
         let backup = |n: usize| PathBuf::from(format!("{}.{n}", path.display()));
-        for n in (1..self.max_backups).rev() {
+        // Shift only the backups that exist (they are numbered from 1 without gaps): a huge
+        // `--audit-log-maxbackup` must not mean a huge loop.
+        let existing = (1..self.max_backups)
+            .take_while(|n| backup(*n).exists())
+            .last()
+            .unwrap_or(0);
+        for n in (1..=existing).rev() {
             let _ = std::fs::rename(backup(n), backup(n + 1));
         }
         if self.max_backups > 0 {
@@ -386,5 +392,27 @@ mod tests {
         assert!(std::fs::metadata(&path).unwrap().len() <= 100);
         assert!(dir.path().join("audit.log.1").exists() && dir.path().join("audit.log.2").exists());
         assert!(!dir.path().join("audit.log.3").exists());
+    }
+
+    #[test]
+    fn a_huge_backup_count_rotates_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let s = Settings {
+            path: path.display().to_string(),
+            max_size_bytes: 10,
+            max_backups: usize::MAX,
+            policy_file: None,
+        };
+        let mut sink = Sink::open(&s).unwrap();
+        for i in 0..4 {
+            sink.write(&format!("{{\"line\":{i},\"pad\":\"xxxx\"}}"))
+                .unwrap();
+        }
+        for n in 1..=3 {
+            assert!(dir.path().join(format!("audit.log.{n}")).exists(), "{n}");
+        }
+        let oldest = std::fs::read_to_string(dir.path().join("audit.log.3")).unwrap();
+        assert!(oldest.contains("\"line\":0"), "{oldest}");
     }
 }

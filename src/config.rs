@@ -354,6 +354,10 @@ pub struct Config {
     pub worker_threads: usize,
 }
 
+/// The most `--worker-threads`: each is a thread with its own runtime, so a mistyped count must
+/// not start millions of them.
+pub const MAX_WORKER_THREADS: usize = 1024;
+
 /// The CPUs this process may use (cgroup quota included), the default worker count.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -395,38 +399,78 @@ impl Config {
     }
 }
 
-/// Parses a Go-style duration as kube flags take them: `500ms`, `30s`, `5m`, `1h`, `1m30s`.
+/// The longest duration a setting takes: Go's `time.Duration` (int64 nanoseconds, about 292
+/// years), the type kube's flags parse into. Anything longer is an error, never a wrap or a
+/// panic, and every deadline computed from a setting stays representable.
+pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// Parses a Go-style duration as kube flags take them: `500ms`, `30s`, `5m`, `1h`, `1m30s`,
+/// `1.5h` (also `ns`, `us`, `µs`), up to [`MAX_DURATION`]. Exact integer arithmetic: no input
+/// overflows or panics; a number too large is an error naming the input.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
+    const MAX_NANOS: u128 = MAX_DURATION.as_nanos();
+    // Fraction digits past this many cannot change the result by a nanosecond.
+    const FRACTION_DIGITS: usize = 20;
+    const UNITS: &str = "ns, us, ms, s, m, h";
+    let not_a_duration = || format!("{text:?} is not a duration like 30s");
+    let too_long = || {
+        format!("{text:?} is too long: the longest duration is 2562047h47m16.854775807s (about 292 years)")
+    };
     let mut rest = text.trim();
     if rest == "0" {
-        return Ok(total);
+        return Ok(Duration::ZERO);
     }
     if rest.is_empty() {
         return Err("empty duration".into());
     }
+    let mut total: u128 = 0;
     while !rest.is_empty() {
-        let digits = rest
+        let number_len = rest
             .find(|c: char| !c.is_ascii_digit() && c != '.')
             .unwrap_or(rest.len());
-        let number: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?} is not a duration like 30s"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => number / 1000.0,
-            "s" => number,
-            "m" => number * 60.0,
-            "h" => number * 3600.0,
-            unit => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        rest = after;
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(not_a_duration());
+        }
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("{text:?}: a number needs a unit ({UNITS})")),
+            unit => return Err(format!("{text:?}: unknown unit {unit:?} ({UNITS})")),
         };
-        total += Duration::from_secs_f64(seconds);
-        rest = &rest[unit_len..];
+        // Whole units, stopping as soon as the value is past the longest duration.
+        let mut units: u128 = 0;
+        for digit in whole.bytes() {
+            units = units * 10 + u128::from(digit - b'0');
+            if units > MAX_NANOS {
+                return Err(too_long());
+            }
+        }
+        let mut nanos = units.checked_mul(unit_nanos).ok_or_else(too_long)?;
+        // The fraction, exactly (to the nanosecond, truncated as Go does).
+        let fraction = &fraction[..fraction.len().min(FRACTION_DIGITS)];
+        if !fraction.is_empty() {
+            let digits: u128 = fraction.parse().map_err(|_| not_a_duration())?;
+            nanos += digits * unit_nanos / 10u128.pow(fraction.len() as u32);
+        }
+        total = total.checked_add(nanos).ok_or_else(too_long)?;
+        if total > MAX_NANOS {
+            return Err(too_long());
+        }
     }
-    Ok(total)
+    u64::try_from(total)
+        .map(Duration::from_nanos)
+        .map_err(|_| too_long())
 }
 
 /// One configuration problem: where (a flag, or file and field) and what.
@@ -515,6 +559,15 @@ fn path_setting(
         (Some(p), _) => (Some(p.clone()), false),
         (None, Some(p)) => (Some(base.map_or(p.clone(), |b| b.join(&p))), true),
         (None, None) => (None, false),
+    }
+}
+
+/// The flag's value if given, else the file's, with whether it came from the file.
+fn given<T>(flag: Option<T>, file: Option<T>) -> Option<(T, bool)> {
+    match (flag, file) {
+        (Some(v), _) => Some((v, false)),
+        (None, Some(v)) => Some((v, true)),
+        (None, None) => None,
     }
 }
 
@@ -889,6 +942,31 @@ fn merge(
             format!("{}: no such file", p.display()),
         );
     }
+    let audit_max_size = match given(flags.audit_log_maxsize, file.audit_log_maxsize) {
+        None => 100 << 20,
+        Some((megabytes, in_file)) => megabytes.checked_mul(1 << 20).unwrap_or_else(|| {
+            later(
+                origin.name("audit-log-maxsize", in_file),
+                format!(
+                    "{megabytes}: too large; at most {} (megabytes)",
+                    u64::MAX >> 20
+                ),
+            );
+            u64::MAX
+        }),
+    };
+    let worker_threads = match given(flags.worker_threads, file.worker_threads) {
+        None => cpus(),
+        Some((n, in_file)) => {
+            if n > MAX_WORKER_THREADS {
+                later(
+                    origin.name("worker-threads", in_file),
+                    format!("{n}: too many; at most {MAX_WORKER_THREADS}"),
+                );
+            }
+            n
+        }
+    };
     let audit = flags
         .audit_log_path
         .clone()
@@ -900,11 +978,7 @@ fn merge(
             };
             crate::audit::Settings {
                 path,
-                max_size_bytes: flags
-                    .audit_log_maxsize
-                    .or(file.audit_log_maxsize)
-                    .unwrap_or(100)
-                    << 20,
+                max_size_bytes: audit_max_size,
                 max_backups: flags
                     .audit_log_maxbackup
                     .or(file.audit_log_maxbackup)
@@ -954,10 +1028,7 @@ fn merge(
                 .or(file.max_request_body_bytes)
                 .filter(|n| *n > 0),
             header_read_timeout: Duration::from_secs(30),
-            worker_threads: flags
-                .worker_threads
-                .or(file.worker_threads)
-                .unwrap_or_else(cpus),
+            worker_threads,
             limits: (
                 flags
                     .max_requests_inflight
@@ -1005,10 +1076,22 @@ fn parse_https_url(url: &str) -> Result<(String, u16), String> {
         return Err("must not have a path".into());
     }
     let host = uri.host().ok_or("has no host")?;
-    Ok((
-        host.trim_matches(['[', ']']).to_string(),
-        uri.port_u16().unwrap_or(443),
-    ))
+    // `Uri::port_u16` is None for a port that is not a u16: read the port ourselves, so that
+    // `https://host:99999` is an error rather than port 443.
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let after_host = host_port
+        .rsplit_once(']')
+        .map_or(host_port, |(_, rest)| rest);
+    let port = match after_host.rsplit_once(':') {
+        None => 443,
+        Some((_, port)) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            Ok(_) => return Err("port 0 is not a port to connect to".into()),
+            Err(e) => return Err(format!("bad port {port:?}: {e} (want 1 to 65535)")),
+        },
+    };
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
 }
 
 #[cfg(test)]
@@ -1118,6 +1201,282 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("3d").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration(".5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1s.5m"), Ok(Duration::from_secs(31)));
+        assert_eq!(parse_duration("1us1ns"), Ok(Duration::from_nanos(1001)));
+        assert_eq!(
+            parse_duration("0.3333333333333333333333333333s"),
+            Ok(Duration::from_nanos(333_333_333))
+        );
+        assert!(parse_duration(".s").is_err());
+        assert!(parse_duration("1.2.3s").is_err());
+    }
+
+    #[test]
+    fn durations_stop_at_gos_longest() {
+        assert_eq!(parse_duration("2562047h47m16.854775807s"), Ok(MAX_DURATION));
+        assert_eq!(parse_duration("9223372036854775807ns"), Ok(MAX_DURATION));
+        for long in [
+            "2562047h47m16.854775808s",
+            "9223372036854775808ns",
+            "2562048h",
+            "99999999999999999999h",
+            "340282366920938463463374607431768211456h",
+            "9223372036854775807ns1ns",
+        ] {
+            let e = parse_duration(long).unwrap_err();
+            assert!(e.contains(long) && e.contains("too long"), "{long}: {e}");
+        }
+    }
+
+    #[test]
+    fn huge_values_are_problems_naming_flag_or_field_and_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (touch(dir.path(), "s.crt"), touch(dir.path(), "s.key"));
+        let flags = Flags {
+            tls_cert_file: Some(crt),
+            tls_private_key_file: Some(key),
+            request_timeout: Some("99999999999999999999h".into()),
+            audit_log_path: Some("-".into()),
+            audit_log_maxsize: Some(u64::MAX),
+            worker_threads: Some(usize::MAX),
+            delegate_url: Some("https://example.com:99999".into()),
+            ..Default::default()
+        };
+        let text: Vec<String> = Config::load(&flags)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        for (at, value) in [
+            ("--request-timeout: ", "99999999999999999999h"),
+            ("--audit-log-maxsize: ", &u64::MAX.to_string()),
+            ("--worker-threads: ", &usize::MAX.to_string()),
+            ("--delegate-url: ", "99999"),
+        ] {
+            assert!(
+                text.iter().any(|t| t.starts_with(at) && t.contains(value)),
+                "{at}{value}: {text:?}"
+            );
+        }
+        let cfg = dir.path().join("c.yaml");
+        std::fs::write(
+            &cfg,
+            "shutdownGracePeriod: 2562048h
+workerThreads: 1025
+",
+        )
+        .unwrap();
+        let text: Vec<String> = Config::load(&Flags {
+            config: Some(cfg.clone()),
+            tls_cert_file: flags.tls_cert_file,
+            tls_private_key_file: flags.tls_private_key_file,
+            ..Default::default()
+        })
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        let file = cfg.display().to_string();
+        for (field, value) in [
+            ("shutdownGracePeriod", "2562048h"),
+            ("workerThreads", "1025"),
+        ] {
+            assert!(
+                text.iter()
+                    .any(|t| t.starts_with(&format!("{file}: {field}: ")) && t.contains(value)),
+                "{field}: {text:?}"
+            );
+        }
+        assert_eq!(
+            parse_https_url("https://[::1]:6443/").unwrap(),
+            ("::1".into(), 6443)
+        );
+        assert_eq!(
+            parse_https_url("https://user:pw@example.com").unwrap(),
+            ("example.com".into(), 443)
+        );
+        assert!(parse_https_url("https://example.com:0").is_err());
+        assert!(parse_https_url("https://[::1]:65536").is_err());
+    }
+
+    /// Text a user might give a duration: Go-like pieces with any digits and units, or anything.
+    fn duration_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let unit = proptest::sample::select(vec![
+            "ns", "us", "µs", "ms", "s", "m", "h", "", "d", "e", ".", " ", "-", "+",
+        ]);
+        let piece = ("[0-9]{0,45}(\\.[0-9]{0,45})?", unit).prop_map(|(n, u)| format!("{n}{u}"));
+        prop_oneof![
+            proptest::collection::vec(piece, 0..5).prop_map(|p| p.concat()),
+            any::<String>(),
+            any::<u128>().prop_map(|n| format!("{n}h")),
+            any::<u64>().prop_map(|n| format!("{n}ns")),
+            any::<f64>().prop_map(|f| format!("{f}s")),
+        ]
+    }
+
+    /// A number as a user might write one: in or past any integer type, negative, float.
+    fn number_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u16>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u128>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| n.to_string()),
+            "-?[0-9]{1,45}(\\.[0-9]{0,10})?(e[+-]?[0-9]{1,4})?",
+        ]
+    }
+
+    /// The file's settings that hold durations, numbers and other text, by kind.
+    const FILE_DURATIONS: [&str; 8] = [
+        "requestTimeout",
+        "shutdownDelayDuration",
+        "shutdownGracePeriod",
+        "availabilityCheckInterval",
+        "availabilityCheckTimeout",
+        "leaderElectLeaseDuration",
+        "leaderElectRenewDeadline",
+        "leaderElectRetryPeriod",
+    ];
+    const FILE_NUMBERS: [&str; 8] = [
+        "securePort",
+        "maxRequestsInflight",
+        "maxRequestsInflightPerClient",
+        "maxConnectionsPerClient",
+        "workerThreads",
+        "maxRequestBodyBytes",
+        "auditLogMaxsize",
+        "auditLogMaxbackup",
+    ];
+    const FILE_TEXT: [&str; 5] = [
+        "delegateUrl",
+        "logFormat",
+        "auditLogPath",
+        "bindAddress",
+        "metricsBindAddress",
+    ];
+
+    /// What loading did: every setting in range, or problems to print.
+    fn loaded_sanely(
+        result: Result<Config, Vec<ConfigError>>,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        match result {
+            Ok(c) => {
+                for d in [
+                    c.request_timeout,
+                    c.shutdown_delay,
+                    c.shutdown_grace,
+                    c.availability_interval,
+                    c.availability_timeout,
+                ] {
+                    proptest::prop_assert!(d <= MAX_DURATION);
+                }
+                proptest::prop_assert!(c.worker_threads <= MAX_WORKER_THREADS);
+            }
+            Err(problems) => proptest::prop_assert!(!problems.is_empty()),
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_duration_text_panics(text in duration_text()) {
+            if let Ok(d) = parse_duration(&text) {
+                proptest::prop_assert!(d <= MAX_DURATION, "{:?} -> {:?}", text, d);
+            }
+        }
+
+        #[test]
+        fn exact_seconds_parse_exactly(secs in 0..=MAX_DURATION.as_secs() + 1, nanos in 0u32..1_000_000_000) {
+            let d = Duration::new(secs, nanos);
+            let parsed = parse_duration(&format!("{secs}.{nanos:09}s"));
+            if d <= MAX_DURATION {
+                proptest::prop_assert_eq!(parsed, Ok(d));
+            } else {
+                proptest::prop_assert!(parsed.is_err());
+            }
+        }
+
+        #[test]
+        fn no_url_or_resolve_text_panics(a in ".*", b in ".*", port in number_text()) {
+            let _ = parse_https_url(&a);
+            let _ = parse_https_url(&format!("https://{a}:{port}"));
+            let _ = parse_https_url(&format!("https://[::1]:{port}/"));
+            let _ = parse_resolve(&a, &b);
+            let _ = parse_resolve(&format!("{a}:{port}"), &format!("127.0.0.1:{port},{b}"));
+        }
+
+        #[test]
+        fn no_flag_values_panic(
+            durations in proptest::collection::vec(duration_text(), 8),
+            counts in proptest::collection::vec(proptest::prelude::any::<usize>(), 6),
+            maxsize in proptest::prelude::any::<u64>(),
+            port in proptest::prelude::any::<u16>(),
+            url in ".*",
+            resolve in proptest::collection::vec(".*", 0..3),
+            cluster in proptest::prelude::any::<bool>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let d = |i: usize| Some(durations[i].clone());
+            let flags = Flags {
+                tls_cert_file: Some(touch(dir.path(), "s.crt")),
+                tls_private_key_file: Some(touch(dir.path(), "s.key")),
+                secure_port: Some(port),
+                request_timeout: d(0),
+                shutdown_delay_duration: d(1),
+                shutdown_grace_period: d(2),
+                availability_check_interval: d(3),
+                availability_check_timeout: d(4),
+                leader_elect_lease_duration: d(5),
+                leader_elect_renew_deadline: d(6),
+                leader_elect_retry_period: d(7),
+                max_requests_inflight: Some(counts[0]),
+                max_requests_inflight_per_client: Some(counts[1]),
+                max_connections_per_client: Some(counts[2]),
+                worker_threads: Some(counts[3]),
+                max_request_body_bytes: Some(counts[4]),
+                audit_log_maxbackup: Some(counts[5]),
+                audit_log_maxsize: Some(maxsize),
+                audit_log_path: Some("-".into()),
+                delegate_url: Some(url),
+                resolve,
+                cluster_mode: cluster,
+                ..Default::default()
+            };
+            loaded_sanely(Config::load(&flags))?;
+        }
+
+        #[test]
+        fn no_file_values_panic(
+            durations in proptest::collection::vec((proptest::sample::select(FILE_DURATIONS.to_vec()), duration_text()), 0..4),
+            numbers in proptest::collection::vec((proptest::sample::select(FILE_NUMBERS.to_vec()), number_text()), 0..4),
+            texts in proptest::collection::vec((proptest::sample::select(FILE_TEXT.to_vec()), ".*"), 0..3),
+            resolve in proptest::collection::btree_map(".*", ".*", 0..3),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let quote = |t: &str| serde_json::Value::from(t).to_string();
+            let mut yaml = format!(
+                "tlsCertFile: {}\ntlsPrivateKeyFile: {}\nclusterMode: true\nresolve: {}\n",
+                quote(&touch(dir.path(), "s.crt").display().to_string()),
+                quote(&touch(dir.path(), "s.key").display().to_string()),
+                serde_json::json!(resolve),
+            );
+            let mut seen = std::collections::HashSet::new();
+            for (key, value) in durations.iter().map(|(k, v)| (k, quote(v)))
+                .chain(numbers.iter().map(|(k, v)| (k, v.clone())))
+                .chain(texts.iter().map(|(k, v)| (k, quote(v))))
+            {
+                if seen.insert(*key) {
+                    yaml.push_str(&format!("{key}: {value}\n"));
+                }
+            }
+            let cfg = dir.path().join("c.yaml");
+            std::fs::write(&cfg, &yaml).unwrap();
+            loaded_sanely(Config::load(&Flags { config: Some(cfg), ..Default::default() }))?;
+        }
     }
 
     #[test]

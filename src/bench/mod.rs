@@ -116,6 +116,20 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
+/// `value` seconds of `flag`, up to [`crate::config::MAX_DURATION`]; an error, never a panic,
+/// for infinity or a number too large.
+fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| *d <= crate::config::MAX_DURATION)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{flag}: {value:e}: not a number of seconds up to {}",
+                crate::config::MAX_DURATION.as_secs()
+            )
+        })
+}
+
 impl Settings {
     fn from_args(args: &BenchArgs) -> anyhow::Result<Self> {
         let quick = args.quick;
@@ -127,8 +141,11 @@ impl Settings {
             None => 1 << 30,
         };
         Ok(Self {
-            duration: Duration::from_secs_f64(if quick { 1.0 } else { args.duration.max(0.1) }),
-            warmup: Duration::from_secs_f64(if quick { 0.3 } else { args.warmup.max(0.0) }),
+            duration: seconds(
+                "--duration",
+                if quick { 1.0 } else { args.duration.max(0.1) },
+            )?,
+            warmup: seconds("--warmup", if quick { 0.3 } else { args.warmup.max(0.0) })?,
             concurrency: args.concurrency.max(1),
             watches: args.watches.unwrap_or(if quick { 200 } else { 10_000 }),
             ttfe_runs: if quick { 20 } else { 200 },

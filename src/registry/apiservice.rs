@@ -77,15 +77,35 @@ impl Problems {
         }
     }
 
-    fn int(&mut self, obj: &Value, path: &str) -> Option<i64> {
-        match lookup(obj, path) {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) if n.is_i64() => n.as_i64(),
+    /// An integer field in `range` (`default` when unset); anything else is a problem that
+    /// names the value, `want` saying what the range is.
+    fn int(
+        &mut self,
+        obj: &Value,
+        path: &str,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+        want: &str,
+    ) -> i64 {
+        let value = match lookup(obj, path) {
+            None | Some(Value::Null) => default,
+            // Past i64 (u64 up to 2^64 - 1) is an integer still, just out of range.
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => match n.as_i64() {
+                Some(v) => v,
+                None => {
+                    self.add(path, format!("{n}: {want}"));
+                    return default;
+                }
+            },
             Some(other) => {
                 self.add(path, format!("must be an integer, not {other}"));
-                None
+                return default;
             }
+        };
+        if !range.contains(&value) {
+            self.add(path, format!("{value}: {want}"));
         }
+        value
     }
 
     fn bool(&mut self, obj: &Value, path: &str) -> bool {
@@ -118,8 +138,20 @@ impl ApiService {
         let name = p.string(&object, "metadata.name");
         let group = p.string(&object, "spec.group");
         let version = p.string(&object, "spec.version");
-        let gpm = p.int(&object, "spec.groupPriorityMinimum").unwrap_or(0);
-        let vp = p.int(&object, "spec.versionPriority").unwrap_or(0);
+        let gpm = p.int(
+            &object,
+            "spec.groupPriorityMinimum",
+            0,
+            1..=20000,
+            "must be positive and less than 20000",
+        );
+        let vp = p.int(
+            &object,
+            "spec.versionPriority",
+            0,
+            1..=1000,
+            "must be positive and less than 1000",
+        );
         let insecure = p.bool(&object, "spec.insecureSkipTLSVerify");
         let ca_bundle = match lookup(&object, "spec.caBundle") {
             None | Some(Value::Null) => Vec::new(),
@@ -161,18 +193,6 @@ impl ApiService {
         } else if let Err(m) = dns1035_label(&version) {
             p.add("spec.version", m);
         }
-        if !(1..=20000).contains(&gpm) {
-            p.add(
-                "spec.groupPriorityMinimum",
-                format!("{gpm}: must be positive and less than 20000"),
-            );
-        }
-        if !(1..=1000).contains(&vp) {
-            p.add(
-                "spec.versionPriority",
-                format!("{vp}: must be positive and less than 1000"),
-            );
-        }
 
         let service = match lookup(&object, "spec.service") {
             None | Some(Value::Null) => {
@@ -190,7 +210,6 @@ impl ApiService {
             Some(Value::Object(_)) => {
                 let ns = p.string(&object, "spec.service.namespace");
                 let svc = p.string(&object, "spec.service.name");
-                let port = p.int(&object, "spec.service.port").unwrap_or(443);
                 if ns.is_empty() {
                     p.add("spec.service.namespace", "Required value");
                 } else if let Err(m) = dns1123_label(&ns) {
@@ -201,12 +220,13 @@ impl ApiService {
                 } else if let Err(m) = dns1035_label(&svc) {
                     p.add("spec.service.name", m);
                 }
-                if !(1..=65535).contains(&port) {
-                    p.add(
-                        "spec.service.port",
-                        format!("{port}: must be between 1 and 65535, inclusive"),
-                    );
-                }
+                let port = p.int(
+                    &object,
+                    "spec.service.port",
+                    443,
+                    1..=65535,
+                    "must be between 1 and 65535, inclusive",
+                );
                 if insecure && !ca_bundle.is_empty() {
                     p.add(
                         "spec.insecureSkipTLSVerify",
@@ -329,7 +349,21 @@ mod tests {
         );
         let mut v = base();
         v["spec"]["groupPriorityMinimum"] = json!("high");
-        assert!(fields(v).contains(&"spec.groupPriorityMinimum".to_string()));
+        assert_eq!(fields(v), vec!["spec.groupPriorityMinimum"]);
+        let mut v = base();
+        v["spec"]["groupPriorityMinimum"] = json!(u64::MAX);
+        v["spec"]["versionPriority"] = json!(1.5e300);
+        v["spec"]["service"]["port"] = json!(i64::MIN);
+        let errs = ApiService::from_value(v).unwrap_err();
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "spec.groupPriorityMinimum: 18446744073709551615: must be positive and less than 20000",
+                "spec.versionPriority: must be an integer, not 1.5e+300",
+                "spec.service.port: -9223372036854775808: must be between 1 and 65535, inclusive",
+            ]
+        );
     }
 
     #[test]
@@ -366,6 +400,96 @@ mod tests {
         assert!(s.service.is_none());
         v["spec"]["insecureSkipTLSVerify"] = json!(true);
         assert_eq!(fields(v), vec!["spec.insecureSkipTLSVerify"]);
+    }
+
+    /// Any JSON value, as a manifest may hold in any field.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            (-70_000i64..70_000).prop_map(Value::from),
+            ".*".prop_map(Value::from),
+            "[A-Za-z0-9+/=\\s]{0,120}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map("[a-z]{0,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Every field the validation reads, and the objects holding them.
+    const FIELDS: [&str; 14] = [
+        "/apiVersion",
+        "/kind",
+        "/metadata",
+        "/metadata/name",
+        "/spec",
+        "/spec/group",
+        "/spec/version",
+        "/spec/groupPriorityMinimum",
+        "/spec/versionPriority",
+        "/spec/service",
+        "/spec/service/name",
+        "/spec/service/namespace",
+        "/spec/service/port",
+        "/spec/caBundle",
+    ];
+
+    /// Sets `path` (a JSON pointer) in `v` when its parent is an object.
+    fn set(v: &mut Value, path: &str, value: Value) {
+        let (parent, key) = path.rsplit_once('/').unwrap_or(("", path));
+        if let Some(Value::Object(map)) = v.pointer_mut(parent) {
+            map.insert(key.to_string(), value);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_field_value_is_a_field_error_not_a_panic(
+            changes in proptest::collection::vec((proptest::sample::select(FIELDS.to_vec()), any_json()), 1..4),
+            insecure in proptest::prelude::any::<bool>(),
+        ) {
+            let mut v = base();
+            set(&mut v, "/spec/insecureSkipTLSVerify", Value::from(insecure));
+            for (field, value) in changes {
+                set(&mut v, field, value);
+            }
+            match ApiService::from_value(v) {
+                Ok(s) => {
+                    proptest::prop_assert!((1..=20000).contains(&s.group_priority_minimum));
+                    proptest::prop_assert!((1..=1000).contains(&s.version_priority));
+                    proptest::prop_assert!(s.service.is_none_or(|svc| svc.port > 0));
+                }
+                Err(errors) => proptest::prop_assert!(!errors.is_empty()),
+            }
+        }
+
+        #[test]
+        fn any_ca_bundle_bytes_are_a_field_error_not_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            pem in proptest::prelude::any::<bool>(),
+        ) {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD;
+            let content = if pem {
+                format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", b64.encode(&bytes)).into_bytes()
+            } else {
+                bytes
+            };
+            let mut v = base();
+            v["spec"]["caBundle"] = Value::from(b64.encode(content));
+            if let Err(errors) = ApiService::from_value(v) {
+                proptest::prop_assert!(errors.iter().all(|e| e.field == "spec.caBundle"), "{:?}", errors);
+            }
+        }
     }
 
     #[test]

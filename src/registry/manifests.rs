@@ -175,7 +175,16 @@ fn documents(text: &str, json: bool) -> Result<Vec<Value>, String> {
     }
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(doc).map_err(|e| format!("invalid YAML: {e}"))?;
+        let value = Value::deserialize(doc).map_err(|e| {
+            // Name the value too: "number out of range" alone does not say which.
+            match e
+                .location()
+                .and_then(|l| scalar_at(text, l.line(), l.column()))
+            {
+                Some(v) => format!("invalid YAML: {e} (value {v})"),
+                None => format!("invalid YAML: {e}"),
+            }
+        })?;
         match value {
             Value::Null => {}
             Value::Object(_) => out.push(value),
@@ -183,6 +192,21 @@ fn documents(text: &str, json: bool) -> Result<Vec<Value>, String> {
         }
     }
     Ok(out)
+}
+
+/// The plain scalar starting at `line` and `column` (1-based, in characters) of `text`, as
+/// written, for error messages.
+fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let scalar: String = text
+        .lines()
+        .nth(line.checked_sub(1)?)?
+        .chars()
+        .skip(column.checked_sub(1)?)
+        .take_while(|c| !matches!(c, ',' | '}' | ']' | '#'))
+        .take(60)
+        .collect();
+    let scalar = scalar.trim();
+    (!scalar.is_empty()).then(|| scalar.to_string())
 }
 
 /// Loads `dir` into `registry` now, then again whenever a file in it changes (debounced), until
@@ -276,8 +300,72 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
             "{}",
             errs[0]
         );
+        let big = ONE.replace(
+            "groupPriorityMinimum: 100",
+            "groupPriorityMinimum: 99999999999999999999",
+        );
+        let errs = parse_manifest(&big, "d.yaml").unwrap_err();
+        let text = errs[0].to_string();
+        assert!(
+            text.contains("spec.groupPriorityMinimum")
+                && text.ends_with("(value 99999999999999999999)"),
+            "{text}"
+        );
         let errs = parse_manifest("kind: Service\nmetadata: {name: x}\n", "c.yaml").unwrap_err();
         assert_eq!(errs[0].field.as_deref(), Some("kind"));
+    }
+
+    /// A number as a user might write one: in or past any integer type, negative, float.
+    fn number_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<u128>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| n.to_string()),
+            "-?[0-9]{1,45}(\\.[0-9]{0,10})?(e[+-]?[0-9]{1,4})?",
+            "0x[0-9a-f]{1,40}|0o[0-7]{1,40}|[.](inf|nan|Inf|NaN)|-[.]inf",
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_problems_not_a_panic(text in ".*", json in proptest::prelude::any::<bool>()) {
+            let file = if json { "x.json" } else { "x.yaml" };
+            if let Err(problems) = parse_manifest(&text, file) {
+                proptest::prop_assert!(!problems.is_empty());
+            }
+        }
+
+        #[test]
+        fn any_number_in_any_field_is_problems_not_a_panic(
+            gpm in number_text(),
+            vp in number_text(),
+            port in number_text(),
+            in_list in proptest::prelude::any::<bool>(),
+        ) {
+            let doc = format!(
+                "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {{name: v1.a.example.com}}\nspec: {{group: a.example.com, version: v1, groupPriorityMinimum: {gpm}, versionPriority: {vp}, service: {{name: a, namespace: ns, port: {port}}}}}\n"
+            );
+            let text = if in_list {
+                format!("kind: List\nitems:\n- {}", doc.trim_end().replace('\n', "\n  "))
+            } else {
+                doc
+            };
+            for file in ["x.yaml", "x.json"] {
+                match parse_manifest(&text, file) {
+                    Ok(services) => {
+                        let in_range = services.iter().all(|s| {
+                            (1..=20000).contains(&s.group_priority_minimum)
+                                && (1..=1000).contains(&s.version_priority)
+                                && s.service.as_ref().is_some_and(|svc| svc.port > 0)
+                        });
+                        proptest::prop_assert!(in_range, "{:?}", services);
+                    }
+                    Err(problems) => proptest::prop_assert!(!problems.is_empty()),
+                }
+            }
+        }
     }
 
     #[test]
