@@ -18,6 +18,8 @@
 //!   from the registry, the backends' own aggregated discovery and the delegate's groups), OpenAPI.
 //! - [`proxy`]: backend connections (endpoint balancing, ejection, retry, h1/h2 pooling in
 //!   `proxy::pool`), identity headers, forwarding and streaming.
+//! - [`request_kind`]: a request's kind (ordinary, watch, upgrade, other long-running), decided
+//!   once and read by limits, timeout, logging and the proxy.
 //! - [`gateway`]: the request pipeline tying the above together.
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
 //! - [`metrics`]: Prometheus families.
@@ -53,6 +55,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod registry;
 pub mod reload;
+pub mod request_kind;
 pub mod sample;
 pub mod server;
 pub mod tls;

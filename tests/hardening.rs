@@ -55,13 +55,17 @@ async fn raw(s: &Setup, cert: &str, bytes: &[u8]) -> String {
     let mut out = Vec::new();
     let mut buf = [0u8; 16384];
     loop {
-        match tokio::time::timeout(Duration::from_millis(1500), stream.read(&mut buf)).await {
+        match tokio::time::timeout(QUIET, stream.read(&mut buf)).await {
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
             Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
         }
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// How long [`raw`] waits for more bytes before taking what came as the whole answer: longer
+/// than the echo backend's `/slow`.
+const QUIET: Duration = Duration::from_millis(2500);
 
 fn status_of(response: &str) -> u16 {
     response
@@ -71,16 +75,301 @@ fn status_of(response: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// The gateway a row of the hostile-input table runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gw {
+    /// Defaults.
+    Plain,
+    /// `--max-requests-inflight 1`, its one slot held by a slow request while the row runs.
+    OneSlotHeld,
+    /// `--request-timeout 300ms` (the echo backend's `/slow` takes 1.5 s).
+    ShortTimeout,
+    /// Front-proxy authentication with custom names: `--requestheader-username-headers
+    /// X-Custom-User`, `--requestheader-group-headers X-Custom-Group`,
+    /// `--requestheader-extra-headers-prefix X-Custom-Extra-`.
+    CustomHeaders,
+}
+
+impl Gw {
+    async fn start(self) -> Setup {
+        setup_with(|cfg| match self {
+            Gw::Plain => {}
+            Gw::OneSlotHeld => cfg.limits = (1, 0, 0),
+            Gw::ShortTimeout => cfg.request_timeout = Duration::from_millis(300),
+            Gw::CustomHeaders => {
+                cfg.request_header = Some(apigw::config::RequestHeader {
+                    client_ca: cfg
+                        .client_ca
+                        .as_ref()
+                        .unwrap()
+                        .with_file_name("front-proxy-ca.crt"),
+                    allowed_names: vec![],
+                    username_headers: vec!["X-Custom-User".into()],
+                    group_headers: vec!["X-Custom-Group".into()],
+                    extra_prefixes: vec!["X-Custom-Extra-".into()],
+                })
+            }
+        })
+        .await
+    }
+}
+
+/// What a row sends.
+enum Send {
+    /// These bytes over TLS with ALPN `http/1.1`, as alice (certificate).
+    H1(String),
+    /// The same with another client certificate.
+    H1As(&'static str, String),
+    /// `GET` [`ECHO`] over HTTP/2 as alice with `:authority` `localhost:<port>` and these headers;
+    /// `{authority}` in a value stands for that authority.
+    H2(&'static [(&'static str, &'static str)]),
+}
+
+/// The answer a row expects.
+enum Want {
+    /// One of these codes, whatever the body (0: no answer, the connection closed).
+    Code(&'static [u16]),
+    /// This code with a `kind: Status` body of the same code.
+    Status(u16),
+}
+
+/// What the backend may see of a row.
+enum Backend {
+    /// The request never reaches it.
+    NeverSees,
+    /// It reaches it, without any header whose name (lowercase, `_` read as `-`) starts with
+    /// one of these.
+    Without(&'static [&'static str]),
+    /// It reaches it with exactly this value of this header (`{authority}` as in [`Send::H2`]).
+    SeesHeader(&'static str, &'static str),
+    /// Not checked: the backend may see it.
+    MaySee,
+}
+
+struct Row {
+    what: &'static str,
+    gw: Gw,
+    send: Send,
+    want: Want,
+    backend: Backend,
+}
+
+/// The body of a raw HTTP/1.1 response (chunked or not).
+fn body_of(response: &str) -> String {
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return String::new();
+    };
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return body.to_string();
+    }
+    let (mut out, mut rest) = (String::new(), body);
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The hostile-input table: each row is what a client sends, the answer it must get, and what
+/// must not reach the backend.
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_requests_get_clean_answers_and_reach_nothing() {
-    let s = setup_with(|_| {}).await;
+    use Backend::*;
+    use Gw::*;
+    use Send::*;
+    use Want::*;
     let big = "a".repeat(2 << 20);
     let many: String = (0..200).map(|i| format!("X-Filler-{i}: x\r\n")).collect();
-    // (what it is, bytes sent, acceptable status codes)
+    let slow = "/apis/a.example.com/v1/namespaces/n/things/slow";
+    let rows: Vec<Row> = vec![
+        // Framing and size (hyper's own answers, so any body).
+        Row { what: "two different Content-Lengths", gw: Plain,
+              send: H1(format!("POST {ECHO} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 7\r\n\r\nabcdefg")),
+              want: Code(&[400]), backend: NeverSees },
+        Row { what: "a chunk size that is not hex", gw: Plain,
+              send: H1(format!("POST {ECHO} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")),
+              want: Code(&[400, 0]), backend: NeverSees },
+        Row { what: "a 2 MiB header", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n")),
+              want: Code(&[431]), backend: NeverSees },
+        Row { what: "200 headers", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\n{many}\r\n")),
+              want: Code(&[431]), backend: NeverSees },
+        Row { what: "a 2 MiB request line", gw: Plain,
+              send: H1(format!("GET {ECHO}?{big} HTTP/1.1\r\nHost: x\r\n\r\n")),
+              want: Code(&[414, 431]), backend: NeverSees },
+        Row { what: "a garbage request line", gw: Plain,
+              send: H1("GARBAGE\r\n\r\n".into()),
+              want: Code(&[400]), backend: NeverSees },
+        // Paths.
+        Row { what: "a dot-segment path", gw: Plain,
+              send: H1("GET /apis/a.example.com/v1/namespaces/n/things/../../../../b.example.com/v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()),
+              want: Status(400), backend: NeverSees },
+        Row { what: "an encoded slash", gw: Plain,
+              send: H1("GET /apis/a.example.com/v1/namespaces/n%2F..%2Fm/things HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into()),
+              want: Status(400), backend: NeverSees },
+        // Host (RFC 9112 §3.2): exactly one on HTTP/1.1, and the one X-Forwarded-Host names.
+        Row { what: "HTTP/1.1 without Host", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nConnection: close\r\n\r\n")),
+              want: Status(400), backend: NeverSees },
+        Row { what: "two Host headers", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: gw.example\r\nHost: evil.example\r\nConnection: close\r\n\r\n")),
+              want: Status(400), backend: NeverSees },
+        Row { what: "two Host headers, the same twice", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: gw.example\r\nHost: gw.example\r\nConnection: close\r\n\r\n")),
+              want: Status(400), backend: NeverSees },
+        Row { what: "a Host naming two hosts", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: gw.example, evil.example\r\nConnection: close\r\n\r\n")),
+              want: Status(400), backend: NeverSees },
+        Row { what: "two Host headers on a health check", gw: Plain,
+              send: H1("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n".into()),
+              want: Status(400), backend: NeverSees },
+        Row { what: "one Host: forwarded as X-Forwarded-Host", gw: Plain,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: gw.example:8443\r\nConnection: close\r\n\r\n")),
+              want: Code(&[200]), backend: SeesHeader("x-forwarded-host", "gw.example:8443") },
+        Row { what: "an absolute-form target: its authority wins over Host", gw: Plain,
+              send: H1(format!("GET https://gw.example{ECHO} HTTP/1.1\r\nHost: other.example\r\nConnection: close\r\n\r\n")),
+              want: Code(&[200]), backend: SeesHeader("x-forwarded-host", "gw.example") },
+        Row { what: "HTTP/2 with a Host that differs from :authority", gw: Plain,
+              send: H2(&[("host", "evil.example")]),
+              want: Status(400), backend: NeverSees },
+        Row { what: "HTTP/2 with a Host equal to :authority", gw: Plain,
+              send: H2(&[("host", "{authority}")]),
+              want: Code(&[200]), backend: SeesHeader("x-forwarded-host", "{authority}") },
+        Row { what: "HTTP/2 with :authority alone", gw: Plain,
+              send: H2(&[]),
+              want: Code(&[200]), backend: SeesHeader("x-forwarded-host", "{authority}") },
+        // Limits and timeout: an `Upgrade` header without `Connection: upgrade` is no upgrade.
+        Row { what: "Upgrade: foo while the one in-flight slot is held", gw: OneSlotHeld,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\nUpgrade: foo\r\nConnection: close\r\n\r\n")),
+              want: Status(429), backend: NeverSees },
+        Row { what: "a real upgrade while the one in-flight slot is held (long-running, exempt)", gw: OneSlotHeld,
+              send: H1("GET /apis/a.example.com/v1/namespaces/n/things/x/exec HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n".into()),
+              want: Code(&[200]), backend: MaySee },
+        Row { what: "Upgrade: foo on a slow answer", gw: ShortTimeout,
+              send: H1(format!("GET {slow} HTTP/1.1\r\nHost: x\r\nUpgrade: foo\r\nConnection: close\r\n\r\n")),
+              want: Status(504), backend: MaySee },
+        // Configured front-proxy header names and prefixes are stripped, whoever is asking.
+        Row { what: "custom front-proxy headers from a user with a certificate", gw: CustomHeaders,
+              send: H1(format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\nX-Custom-User: mallory\r\nX-Custom-Group: system:masters\r\nX-Custom-Extra-Scopes: admin\r\nx_custom_extra_scopes: admin\r\nX-CUSTOM-EXTRA-Other: x\r\nConnection: close\r\n\r\n")),
+              want: Code(&[200]), backend: Without(&["x-custom-"]) },
+        Row { what: "custom front-proxy headers from the front proxy itself", gw: CustomHeaders,
+              send: H1As("proxy-client", format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\nX-Custom-User: bob\r\nX-Custom-Group: devs\r\nX-Custom-Extra-Scopes: read\r\nConnection: close\r\n\r\n")),
+              want: Code(&[200]), backend: Without(&["x-custom-"]) },
+    ];
+    let mut setups: Vec<(Gw, Setup)> = Vec::new();
+    let mut failures = Vec::new();
+    for row in rows {
+        if !setups.iter().any(|(gw, _)| *gw == row.gw) {
+            setups.push((row.gw, row.gw.start().await));
+        }
+        let s = &setups.iter().find(|(gw, _)| *gw == row.gw).unwrap().1;
+        let authority = format!("localhost:{}", s.gw.addr.port());
+        let fill = |v: &str| v.replace("{authority}", &authority);
+        let holder = (row.gw == OneSlotHeld).then(|| {
+            let (c, addr) = (s.w.client(Some("alice")), s.gw.addr);
+            tokio::spawn(async move { c.get(addr, slow).await.status })
+        });
+        if holder.is_some() {
+            let arrived = support::eventually(10, || async {
+                s.echo.requests().iter().any(|r| r["path"] == slow)
+            });
+            assert!(arrived.await, "{}: the slot holder never arrived", row.what);
+        }
+        let before = s.echo.requests().len();
+        let (status, body) = match &row.send {
+            H1(bytes) => {
+                let got = raw(s, "alice", bytes.as_bytes()).await;
+                (status_of(&got), body_of(&got))
+            }
+            H1As(cert, bytes) => {
+                let got = raw(s, cert, bytes.as_bytes()).await;
+                (status_of(&got), body_of(&got))
+            }
+            H2(headers) => {
+                let mut req = Request::get(ECHO);
+                for (name, value) in *headers {
+                    req = req.header(*name, fill(value));
+                }
+                let got =
+                    s.w.client(Some("alice"))
+                        .h2()
+                        .send(s.gw.addr, req.body(Bytes::new()).unwrap())
+                        .await;
+                (got.status, String::from_utf8_lossy(&got.body).into_owned())
+            }
+        };
+        if let Some(holder) = holder {
+            assert_eq!(holder.await.unwrap(), 200, "{}: the slot holder", row.what);
+        }
+        let answered = match row.want {
+            Code(codes) => codes.contains(&status),
+            Status(code) => {
+                status == code
+                    && serde_json::from_str::<serde_json::Value>(&body)
+                        .is_ok_and(|s| s["kind"] == "Status" && s["code"] == code)
+            }
+        };
+        if !answered {
+            failures.push(format!("{}: answered {status} {body:.200}", row.what));
+        }
+        let reached: Vec<serde_json::Value> = s
+            .echo
+            .requests()
+            .into_iter()
+            .skip(before)
+            .filter(|r| r["path"] != slow || row.gw != OneSlotHeld)
+            .collect();
+        let dashed = |r: &serde_json::Value| -> Vec<String> {
+            r["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    h[0].as_str()
+                        .unwrap()
+                        .to_ascii_lowercase()
+                        .replace('_', "-")
+                })
+                .collect()
+        };
+        let backend_ok = match row.backend {
+            NeverSees => reached.is_empty(),
+            Without(prefixes) => {
+                !reached.is_empty()
+                    && reached.iter().all(|r| {
+                        !dashed(r)
+                            .iter()
+                            .any(|n| prefixes.iter().any(|p| n.starts_with(p)))
+                    })
+            }
+            SeesHeader(name, value) => {
+                reached.len() == 1 && seen_header(&reached[0], name) == [fill(value)]
+            }
+            MaySee => true,
+        };
+        if !backend_ok {
+            let heads: Vec<_> = reached
+                .iter()
+                .map(|r| (r["path"].clone(), r["headers"].clone()))
+                .collect();
+            failures.push(format!("{}: the backend saw {heads:?}", row.what));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
     // Both lengths: read by Transfer-Encoding alone and the connection closed (RFC 9112 §6.1),
     // so the request hidden behind it is never read.
+    let s = &setups.iter().find(|(gw, _)| *gw == Plain).unwrap().1;
     let smuggle = format!("POST {ECHO} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /apis/a.example.com/v1/namespaces/n/things/smuggled HTTP/1.1\r\nHost: x\r\n\r\n");
-    let got = raw(&s, "alice", smuggle.as_bytes()).await;
+    let got = raw(s, "alice", smuggle.as_bytes()).await;
     assert_eq!(
         got.matches("HTTP/1.1 ").count(),
         1,
@@ -90,44 +379,12 @@ async fn hostile_requests_get_clean_answers_and_reach_nothing() {
         got.to_ascii_lowercase().contains("connection: close"),
         "{got}"
     );
-    let cases: Vec<(&str, String, &[u16])> = vec![
-        ("two different Content-Lengths",
-         format!("POST {ECHO} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 7\r\n\r\nabcdefg"), &[400]),
-        ("a chunk size that is not hex",
-         format!("POST {ECHO} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"), &[400, 0]),
-        ("a 2 MiB header", format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"), &[431]),
-        ("200 headers", format!("GET {ECHO} HTTP/1.1\r\nHost: x\r\n{many}\r\n"), &[431]),
-        ("a 2 MiB request line", format!("GET {ECHO}?{big} HTTP/1.1\r\nHost: x\r\n\r\n"), &[414, 431]),
-        ("a dot-segment path", "GET /apis/a.example.com/v1/namespaces/n/things/../../../../b.example.com/v1/x HTTP/1.1\r\nHost: x\r\n\r\n".into(), &[400]),
-        ("an encoded slash", "GET /apis/a.example.com/v1/namespaces/n%2F..%2Fm/things HTTP/1.1\r\nHost: x\r\n\r\n".into(), &[400]),
-        ("a garbage request line", "GARBAGE\r\n\r\n".into(), &[400]),
-    ];
-    for (what, bytes, want) in &cases {
-        let got = raw(&s, "alice", bytes.as_bytes()).await;
-        assert!(
-            want.contains(&status_of(&got)),
-            "{what}: got {:?}",
-            got.lines().next()
-        );
-    }
-    let paths: Vec<String> = s
-        .echo
-        .requests()
-        .iter()
-        .map(|r| r["path"].as_str().unwrap_or_default().to_string())
-        .collect();
     assert!(
-        !paths
-            .iter()
-            .any(|p| p.contains("smuggled") || p.contains("b.example.com") || p.contains("..")),
-        "{paths:?}"
-    );
-    assert!(
-        s.echo
+        !s.echo
             .requests()
             .iter()
-            .all(|r| r["body_len"].as_u64() != Some(7)),
-        "an ambiguous body reached the backend"
+            .any(|r| r["path"].as_str().is_some_and(|p| p.contains("smuggled"))),
+        "the smuggled request reached the backend"
     );
 }
 

@@ -56,18 +56,6 @@ impl RequestHeaderConfig {
         }
         Some(id)
     }
-
-    /// True for any header this configuration reads identity from (so the proxy strips it).
-    pub fn is_identity_header(&self, name: &str) -> bool {
-        self.username_headers
-            .iter()
-            .chain(&self.group_headers)
-            .any(|h| h.eq_ignore_ascii_case(name))
-            || self.extra_prefixes.iter().any(|p| {
-                name.get(..p.len())
-                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
-            })
-    }
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ impl Attributes {
 }
 
 /// True when the query asks for a watch (`watch=true`, `watch=1`, `watch=True` or bare `watch`).
-pub fn watch_requested(query: Option<&str>) -> bool {
+fn watch_requested(query: Option<&str>) -> bool {
     query.is_some_and(|q| {
         q.split('&')
             .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True" | "watch"))

@@ -7,7 +7,7 @@ mod attributes;
 pub mod impersonation;
 pub mod rbac;
 
-pub use attributes::{watch_requested, Attributes};
+pub use attributes::Attributes;
 
 use crate::authn::Identity;
 use crate::config::AuthzMode;

@@ -31,7 +31,8 @@ pub struct Record {
     /// The APIService for the access line; computed only when the access log is enabled.
     pub apiservice: Option<String>,
     pub status: StatusCode,
-    pub long_running: bool,
+    /// Long-running kinds are counted apart and end with the shutdown grace period.
+    pub kind: crate::request_kind::RequestKind,
     pub start: Instant,
     /// For long-running requests: cancelled when the shutdown grace period is over.
     pub closing: Option<CancellationToken>,
@@ -65,7 +66,7 @@ impl Record {
         m.latency
             .with_label_values(&labels)
             .observe(self.start.elapsed().as_secs_f64());
-        m.in_flight(self.long_running).inc();
+        m.in_flight(self.kind.long_running()).inc();
         let closing = self
             .closing
             .take()
@@ -122,7 +123,7 @@ impl http_body::Body for Logged {
 impl Drop for Logged {
     fn drop(&mut self) {
         let r = &self.record;
-        r.metrics.in_flight(r.long_running).dec();
+        r.metrics.in_flight(r.kind.long_running()).dec();
         tracing::info!(
             target: "apigw::access",
             remote = %r.remote,

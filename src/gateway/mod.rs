@@ -1,10 +1,12 @@
-//! The request pipeline of the front door: health and version (public) -> authenticate ->
-//! authorize -> route ([`routes`]), with a timeout on requests that are not long-running, and
-//! an access line and metrics per request ([`access`]). Also owns start-up ([`Gateway::build`]
-//! loads every file the configuration names) and the run loop with graceful shutdown ([`run`]).
+//! The request pipeline of the front door: the request's host ([`host`]) -> health and version
+//! (public) -> admission limits -> authenticate -> authorize -> route ([`routes`]), with a
+//! timeout on requests that are not long-running ([`RequestKind`]), and an access line and
+//! metrics per request ([`access`]). Also owns start-up ([`Gateway::build`] loads every file
+//! the configuration names) and the run loop with graceful shutdown ([`run`]).
 
 mod access;
 mod health;
+mod host;
 mod limits;
 mod paths;
 mod protobuf;
@@ -25,8 +27,9 @@ use crate::config::Config;
 use crate::discovery;
 use crate::errors::{json_response, Status};
 use crate::metrics::Metrics;
-use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
+use crate::proxy::{ConfiguredHeaders, DelegateSettings, Inbound, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
+use crate::request_kind::RequestKind;
 use crate::server::ConnInfo;
 use crate::tls::{self, ReloadingCert};
 use anyhow::Context as _;
@@ -100,15 +103,17 @@ impl Gateway {
             anonymous: cfg.anonymous,
             ..Default::default()
         };
-        let mut extra_identity_headers = Vec::new();
+        let mut configured_headers = ConfiguredHeaders::default();
         if let Some(rh) = &cfg.request_header {
             authn.request_header = Some(RequestHeaderConfig {
                 username_headers: rh.username_headers.clone(),
                 group_headers: rh.group_headers.clone(),
                 extra_prefixes: rh.extra_prefixes.clone(),
             });
-            extra_identity_headers
-                .extend(rh.username_headers.iter().chain(&rh.group_headers).cloned());
+            configured_headers = ConfiguredHeaders::new(
+                rh.username_headers.iter().chain(&rh.group_headers),
+                &rh.extra_prefixes,
+            );
         }
         if let Some(path) = &cfg.token_file {
             authn.tokens = Some(arc_swap::ArcSwap::from_pointee(TokenFile::load(path)?));
@@ -148,7 +153,7 @@ impl Gateway {
             proxy_cert,
             default_roots,
             delegate,
-            extra_identity_headers,
+            configured_headers,
             metrics: metrics.clone(),
             closing: closing.clone(),
             drop_groups: cfg.backend_drop_groups.clone(),
@@ -211,6 +216,21 @@ impl Gateway {
         move |req| {
             let (gateway, peer, admitted) = (gateway.clone(), peer.clone(), permit.is_some());
             Box::pin(async move {
+                // Before anything reads the request: a request without one valid host never
+                // reaches a handler, as with Go's net/http.
+                let host = match host::of(&req) {
+                    Ok(host) => host,
+                    Err(status) => {
+                        let mut res = status.into_response();
+                        if req.version() < http::Version::HTTP_2 {
+                            res.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                        }
+                        return res;
+                    }
+                };
                 if !admitted {
                     let mut res = retry_later(limits::too_many());
                     res.headers_mut().insert(
@@ -219,7 +239,7 @@ impl Gateway {
                     );
                     return res;
                 }
-                gateway.handle(req, &peer, remote).await
+                gateway.handle(req, &peer, remote, host).await
             })
         }
     }
@@ -229,6 +249,7 @@ impl Gateway {
         req: Request<Incoming>,
         peer: &PeerIdentity,
         remote: SocketAddr,
+        host: Option<http::HeaderValue>,
     ) -> Response<Body> {
         let start = Instant::now();
         if let Some(res) = self.public(&req) {
@@ -249,8 +270,8 @@ impl Gateway {
                 .map(str::to_string),
         });
         let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
-        let long_running = is_long_running(&attrs, &req);
-        let permit = match self.limits.admit(remote.ip(), long_running) {
+        let kind = RequestKind::of(&req, &attrs);
+        let permit = match self.limits.admit(remote.ip(), kind.long_running()) {
             Ok(permit) => permit,
             Err(status) => return retry_later(status),
         };
@@ -262,8 +283,13 @@ impl Gateway {
                 refused.status.into_response(),
             ),
             Ok((identity, real)) => {
-                let routed = self.route(req, &identity, remote);
-                let res = if long_running {
+                let inbound = Inbound {
+                    client: remote,
+                    host,
+                    kind,
+                };
+                let routed = self.route(req, &identity, &inbound);
+                let res = if kind.long_running() {
                     routed.await
                 } else {
                     tokio::time::timeout(self.request_timeout, routed)
@@ -297,9 +323,9 @@ impl Gateway {
             attrs,
             apiservice,
             status: res.status(),
-            long_running,
+            kind,
             start,
-            closing: long_running.then(|| self.closing.clone()),
+            closing: kind.long_running().then(|| self.closing.clone()),
             _permit: Some(permit),
         };
         res.map(|body| record.wrap(body))
@@ -422,22 +448,6 @@ fn retry_later(status: Status) -> Response<Body> {
         http::HeaderValue::from_static("1"),
     );
     res
-}
-
-/// Requests exempt from the request timeout, as kube-apiserver's long-running check: watches,
-/// upgrades, exec/attach/port-forward/proxy, and followed logs.
-fn is_long_running<B>(attrs: &Attributes, req: &Request<B>) -> bool {
-    attrs.verb == "watch"
-        || req.headers().contains_key(http::header::UPGRADE)
-        || matches!(
-            attrs.subresource.as_str(),
-            "exec" | "attach" | "portforward" | "proxy"
-        )
-        || (attrs.subresource == "log"
-            && req.uri().query().is_some_and(|q| {
-                q.split('&')
-                    .any(|kv| kv == "follow=true" || kv == "follow=1")
-            }))
 }
 
 /// `/version`, in kube-apiserver's shape.

@@ -9,6 +9,7 @@ use crate::authn::Identity;
 use crate::body::Body;
 use crate::discovery;
 use crate::errors::Status;
+use crate::proxy::Inbound;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -20,7 +21,7 @@ impl Gateway {
         &self,
         req: Request<Incoming>,
         identity: &Identity,
-        remote: SocketAddr,
+        inbound: &Inbound,
     ) -> Response<Body> {
         // The URI's bytes are shared, not copied: `req` moves on while its path is still read.
         let uri = req.uri().clone();
@@ -74,7 +75,7 @@ impl Gateway {
                     return match self.proxy.backend_for(svc) {
                         Ok(backend) => {
                             self.proxy
-                                .forward(&backend, req, identity, remote, &svc.name)
+                                .forward(&backend, req, identity, inbound, &svc.name)
                                 .await
                         }
                         Err(status) => status.into_response(),
@@ -95,7 +96,7 @@ impl Gateway {
                     let mut res = match self.proxy.backend_for(svc) {
                         Ok(backend) => {
                             self.proxy
-                                .forward(&backend, req, identity, remote, &svc.name)
+                                .forward(&backend, req, identity, inbound, &svc.name)
                                 .await
                         }
                         Err(status) => status.into_response(),
@@ -118,7 +119,7 @@ impl Gateway {
         match self.proxy.delegate() {
             Some(delegate) => {
                 self.proxy
-                    .forward(delegate, req, identity, remote, "delegate")
+                    .forward(delegate, req, identity, inbound, "delegate")
                     .await
             }
             None => Status::not_found("the server could not find the requested resource")

@@ -1,5 +1,6 @@
 //! Identity headers towards backends: strip everything a client could use to speak for
-//! someone else (credentials, impersonation, any `X-Remote-*`), then set the gateway's own
+//! someone else (credentials, impersonation, any `X-Remote-*`, and every header name and prefix
+//! configured for front-proxy authentication), then set the gateway's own
 //! `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` and the `X-Forwarded-*` trio. Hop-by-hop
 //! headers are dropped as any proxy must (RFC 9110 §7.6.1), except an upgrade's own.
 
@@ -56,8 +57,46 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
+/// The header names and prefixes configured for front-proxy authentication
+/// (`--requestheader-username-headers`, `-group-headers`, `-extra-headers-prefix`). As
+/// kube-apiserver clears them after authentication, they are stripped from every request,
+/// whatever authenticated it: a user's own `X-Custom-Extra-Scopes` must not reach a backend
+/// that trusts such headers from the gateway.
+#[derive(Debug, Clone, Default)]
+pub struct ConfiguredHeaders {
+    /// Lowercase, `_` read as `-`, as [`is_identity`] compares.
+    names: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl ConfiguredHeaders {
+    pub fn new<'a>(
+        names: impl IntoIterator<Item = &'a String>,
+        prefixes: impl IntoIterator<Item = &'a String>,
+    ) -> Self {
+        // An empty prefix would match every header; none is configured that way on purpose.
+        let normal = |list: Vec<&String>| -> Vec<String> {
+            list.into_iter()
+                .map(|h| h.trim().to_ascii_lowercase().replace('_', "-"))
+                .filter(|h| !h.is_empty())
+                .collect()
+        };
+        Self {
+            names: normal(names.into_iter().collect()),
+            prefixes: normal(prefixes.into_iter().collect()),
+        }
+    }
+
+    /// True for a configured name, or a name under a configured prefix; `name` is lowercase with
+    /// `_` read as `-` (as [`is_identity`] passes it).
+    pub fn matches(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name) || self.prefixes.iter().any(|p| name.starts_with(p))
+    }
+}
+
 /// True for headers a client must never pass to a backend: credentials, impersonation and
-/// identity headers in any case (`is_extra` adds configured front-proxy header names).
+/// identity headers in any case (`is_extra` adds the configured front-proxy names and prefixes,
+/// [`ConfiguredHeaders::matches`]).
 /// Names are compared with `_` read as `-`: CGI-style servers (WSGI, Rack, PHP) map both to
 /// the same variable, so `X_Remote_User` would otherwise arrive as `X-Remote-User`.
 pub fn is_identity(name: &str, is_extra: &dyn Fn(&str) -> bool) -> bool {
@@ -321,8 +360,19 @@ mod tests {
     }
 
     #[test]
-    fn configured_front_proxy_headers_are_stripped_too() {
-        let mut h = map(&[("X-Custom-User", "mallory")]);
+    fn configured_front_proxy_names_and_prefixes_are_stripped_too() {
+        let mut h = map(&[
+            ("X-Custom-User", "mallory"),
+            ("x_custom_group", "system:masters"),
+            ("X-Custom-Extra-Scopes", "admin"),
+            ("X_CUSTOM_EXTRA_other", "x"),
+            ("X-Custom-Extra", "not under the prefix"),
+            ("Accept", "application/json"),
+        ]);
+        let configured = ConfiguredHeaders::new(
+            &["X-Custom-User".to_string(), "X_Custom_Group".to_string()],
+            &["X-Custom-Extra-".to_string(), String::new()],
+        );
         let id = Identity::new("alice", vec![]);
         let fwd = Forwarded {
             identity: &id,
@@ -330,8 +380,19 @@ mod tests {
             original_host: None,
             impersonate_with: None,
         };
-        set_identity(&mut h, &fwd, &|n| n == "x-custom-user");
-        assert!(h.get("x-custom-user").is_none());
+        set_identity(&mut h, &fwd, &|n| configured.matches(n));
+        let left: Vec<&str> = h
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|n| n.replace('_', "-").starts_with("x-custom"))
+            .collect();
+        assert_eq!(
+            left,
+            ["x-custom-extra"],
+            "only the name outside the prefix stays"
+        );
+        assert_eq!(h["x-custom-extra"], "not under the prefix");
+        assert_eq!(h["accept"], "application/json");
     }
 
     #[test]

@@ -8,17 +8,20 @@ mod headers;
 mod pool;
 
 pub use connector::{ConnectError, Resolver};
-pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
+pub use headers::{
+    escape_extra_key, remove_hop_by_hop, set_identity, ConfiguredHeaders, Forwarded,
+};
 pub use pool::STREAMS_PER_CONN;
 
 use crate::authn::Identity;
 use crate::body::{self, Body};
 use crate::errors::Status;
 use crate::registry::ApiService;
+use crate::request_kind::RequestKind;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
 use http::uri::PathAndQuery;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::CertificateDer;
@@ -95,8 +98,8 @@ pub struct Proxy {
     delegate: Option<Arc<Backend>>,
     /// Backends by APIService name; APIServices naming the same service share one.
     backends: RwLock<HashMap<String, Arc<Backend>>>,
-    /// Front-proxy header names (lowercase) to strip besides the standard ones.
-    extra_identity_headers: Vec<String>,
+    /// Front-proxy header names and prefixes to strip besides the standard ones.
+    configured_headers: ConfiguredHeaders,
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
@@ -109,7 +112,8 @@ pub struct ProxySettings {
     pub proxy_cert: Option<ProxyClientCert>,
     pub default_roots: Vec<CertificateDer<'static>>,
     pub delegate: Option<DelegateSettings>,
-    pub extra_identity_headers: Vec<String>,
+    /// The `--requestheader-*` names and prefixes, stripped from every request.
+    pub configured_headers: ConfiguredHeaders,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
     pub closing: tokio_util::sync::CancellationToken,
@@ -117,6 +121,17 @@ pub struct ProxySettings {
     pub drop_groups: Vec<String>,
     /// Largest request body of a non-streaming request (not GET, watch or upgrade); None: any.
     pub max_body: Option<usize>,
+}
+
+/// What the front door decided about a request before handing it to the proxy.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The client's address, appended to `X-Forwarded-For`.
+    pub client: SocketAddr,
+    /// The request's one validated host, sent as `X-Forwarded-Host`.
+    pub host: Option<HeaderValue>,
+    /// Which connection the request takes, and whether it is an upgrade.
+    pub kind: RequestKind,
 }
 
 /// The delegate API server.
@@ -164,11 +179,7 @@ impl Proxy {
             default_roots: settings.default_roots,
             delegate,
             backends: RwLock::default(),
-            extra_identity_headers: settings
-                .extra_identity_headers
-                .into_iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
+            configured_headers: settings.configured_headers,
             metrics: settings.metrics,
             closing: settings.closing,
             drop_groups: settings.drop_groups,
@@ -283,17 +294,17 @@ impl Proxy {
         backends.retain(|name, b| live.iter().any(|s| s.name == *name && b.key.serves(s)));
     }
 
-    /// Forwards `req` from `client` as `identity` to `backend` (serving APIService `name`) and
-    /// streams the answer back.
+    /// Forwards `req` as `identity` to `backend` (serving APIService `name`) and streams the
+    /// answer back.
     pub async fn forward(
         &self,
         backend: &Backend,
         req: Request<Incoming>,
         identity: &Identity,
-        client: SocketAddr,
+        inbound: &Inbound,
         name: &str,
     ) -> Response<Body> {
-        let is_extra = |name: &str| self.extra_identity_headers.iter().any(|h| h == name);
+        let is_extra = |name: &str| self.configured_headers.matches(name);
         let filtered;
         let identity = if identity.groups.iter().any(|g| self.drop_groups.contains(g)) {
             let mut id = identity.clone();
@@ -308,7 +319,7 @@ impl Proxy {
         let res = Box::pin(backend.forward(
             req,
             identity,
-            client,
+            inbound,
             &is_extra,
             &self.closing,
             self.max_body,
@@ -360,21 +371,15 @@ impl Backend {
         &self,
         mut req: Request<Incoming>,
         identity: &Identity,
-        client: SocketAddr,
+        inbound: &Inbound,
         is_extra: &(dyn Fn(&str) -> bool + Sync),
         closing: &tokio_util::sync::CancellationToken,
         max_body: Option<usize>,
     ) -> Response<Body> {
-        let upgrade = is_upgrade(&req);
-        let watch = is_watch(req.uri());
+        let kind = inbound.kind;
+        let upgrade = kind == RequestKind::Upgrade;
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
-        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
         // The pool sets the target's form and `Host` or `:authority` for the connection the
         // request leaves on; what goes from here is the path and query, byte for byte.
         parts.uri = origin_form(&parts.uri);
@@ -385,15 +390,18 @@ impl Backend {
         let token = self.impersonate_with.as_ref().map(|(_, t)| t.load());
         let fwd = Forwarded {
             identity,
-            client_ip: client.ip(),
-            original_host,
+            client_ip: inbound.client.ip(),
+            original_host: inbound.host.clone(),
             impersonate_with: token.as_deref().map(|t| t.as_ref()),
         };
         set_identity(&mut parts.headers, &fwd, is_extra);
         // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
         // remember it, so the failed request answers 400 rather than blaming the backend.
         let body_failed: Arc<std::sync::OnceLock<String>> = Arc::default();
-        let limit = max_body.filter(|_| !upgrade && !watch && parts.method != Method::GET);
+        let limit = max_body.filter(|_| {
+            !matches!(kind, RequestKind::Upgrade | RequestKind::Watch)
+                && parts.method != Method::GET
+        });
         let declared = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -416,13 +424,6 @@ impl Backend {
             failed: body_failed.clone(),
         };
         let out = Request::from_parts(parts, body::stream(tracked));
-        let kind = if upgrade {
-            pool::Kind::Upgrade
-        } else if watch {
-            pool::Kind::Watch
-        } else {
-            pool::Kind::Short
-        };
         let mut res = match self.pool.send(out, kind).await {
             Ok(res) => res,
             Err(_) if body_failed.get().is_some() => {
@@ -622,25 +623,6 @@ fn origin_form(uri: &Uri) -> Uri {
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     Uri::from(path)
-}
-
-/// True for a watch (a `/watch/` path, or a query authorization also reads as one), which
-/// holds its request open.
-fn is_watch(uri: &Uri) -> bool {
-    uri.path().contains("/watch/") || crate::authz::watch_requested(uri.query())
-}
-
-/// True for an HTTP/1.1 `Connection: Upgrade` request (WebSocket, SPDY).
-fn is_upgrade<B>(req: &Request<B>) -> bool {
-    req.version() == Version::HTTP_11
-        && req.headers().contains_key(header::UPGRADE)
-        && req
-            .headers()
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 /// Copies bytes both ways between an upgraded client and backend until either side closes,

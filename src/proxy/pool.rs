@@ -10,6 +10,7 @@
 use super::connector::{dial, ConnectError, Resolver};
 use crate::body::Body;
 use crate::errors::chain;
+use crate::request_kind::RequestKind;
 use arc_swap::ArcSwap;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{header, HeaderValue, Method, Request, Response, Uri, Version};
@@ -40,18 +41,6 @@ const EJECT_BASE: Duration = Duration::from_secs(1);
 const EJECT_MAX: Duration = Duration::from_secs(30);
 /// Endpoints tried for one request, at most.
 const MAX_ATTEMPTS: usize = 3;
-
-/// What a request needs from a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// An ordinary request: a keep-alive HTTP/1.1 connection of its own while it runs.
-    Short,
-    /// A watch: a stream on a shared HTTP/2 connection (HTTP/1.1 if the backend has no h2).
-    Watch,
-    /// An upgrade (exec, attach, port-forward): HTTP/1.1, and the connection is the client's
-    /// after a `101`.
-    Upgrade,
-}
 
 /// Why a request could not be forwarded.
 #[derive(Debug)]
@@ -171,10 +160,12 @@ impl Pool {
 
     /// Sends `req` to one endpoint, trying others while nothing was sent. The response body
     /// keeps its connection (and the endpoint's in-flight count) until it ends or is dropped.
+    /// `kind` picks the connection: an HTTP/2 stream for a watch, HTTP/1.1 for everything else
+    /// (given to the client after a `101` for an upgrade).
     pub async fn send(
         &self,
         mut req: Request<Body>,
-        kind: Kind,
+        kind: RequestKind,
     ) -> Result<Response<PooledBody>, SendError> {
         let endpoints = self.endpoints().await?;
         let mut tried: Vec<usize> = Vec::new();
@@ -286,9 +277,9 @@ impl Pool {
         &self,
         endpoint: &Endpoint,
         mut req: Request<Body>,
-        kind: Kind,
+        kind: RequestKind,
     ) -> Result<(Response<Incoming>, Conn), Attempt> {
-        if kind == Kind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
+        if kind == RequestKind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
             return self.attempt_h2(endpoint, req).await;
         }
         // How long the connection sat idle; None for a new one.
@@ -379,7 +370,7 @@ impl Pool {
         // when the next watch prunes the closed connection.
         self.shape(&mut req, Version::HTTP_2);
         // A graceful GOAWAY can come at any moment of a connection's life.
-        let replay = Replay::of(&req, Kind::Watch);
+        let replay = Replay::of(&req, RequestKind::Watch);
         let answer = conn.send.clone().try_send_request(req);
         match answer.await {
             Ok(res) => Ok((res, Conn::H2(conn.streams))),
@@ -543,13 +534,13 @@ struct Replay {
 }
 
 impl Replay {
-    fn of(req: &Request<Body>, kind: Kind) -> Option<Self> {
+    fn of(req: &Request<Body>, kind: RequestKind) -> Option<Self> {
         use http_body::Body as _;
         let idempotent = matches!(
             *req.method(),
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
         );
-        (kind != Kind::Upgrade && idempotent && req.body().is_end_stream()).then(|| Self {
+        (kind != RequestKind::Upgrade && idempotent && req.body().is_end_stream()).then(|| Self {
             method: req.method().clone(),
             uri: req.uri().clone(),
             headers: req.headers().clone(),
@@ -748,10 +739,10 @@ impl Lease {
         }
     }
 
-    fn with(mut self, conn: Conn, kind: Kind) -> Self {
+    fn with(mut self, conn: Conn, kind: RequestKind) -> Self {
         // After an upgrade the connection belongs to the client; never pool it.
         self.conn = match conn {
-            Conn::H1(_) if kind == Kind::Upgrade => Conn::None,
+            Conn::H1(_) if kind == RequestKind::Upgrade => Conn::None,
             conn => conn,
         };
         self

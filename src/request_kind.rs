@@ -1,0 +1,225 @@
+//! What kind of request this is, decided once per request by the gateway and read by
+//! everything that treats kinds differently: the in-flight limit and the request timeout
+//! (long-running requests are exempt from both, as with kube-apiserver's long-running check),
+//! the access log, metrics and audit record, and the proxy (which connection to the backend a
+//! request takes, and whether it is spliced after a `101`). Deciding it in one place keeps them
+//! from disagreeing: a header that the proxy ignores cannot make a request long-running.
+
+use crate::authz::Attributes;
+use http::{header, Request, Version};
+
+/// The kind of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// An ordinary request: counted by `--max-requests-inflight`, cut by `--request-timeout`;
+    /// a keep-alive HTTP/1.1 connection to the backend of its own while it runs.
+    Short,
+    /// A watch (verb `watch`): long-running; a stream on a shared HTTP/2 connection to the
+    /// backend (HTTP/1.1 when the backend has no h2).
+    Watch,
+    /// A real HTTP/1.1 upgrade (`Connection: upgrade` and `Upgrade`, for WebSocket or SPDY):
+    /// long-running; HTTP/1.1 to the backend, and the connection is the client's after a `101`.
+    Upgrade,
+    /// exec, attach, portforward or proxy subresources, and `follow=true` logs, without an
+    /// upgrade: long-running; a connection to the backend of its own, as [`Self::Short`].
+    Stream,
+}
+
+impl RequestKind {
+    /// The kind of `req`, whose attributes are `attrs`.
+    pub fn of<B>(req: &Request<B>, attrs: &Attributes) -> Self {
+        if is_upgrade(req) {
+            Self::Upgrade
+        } else if attrs.verb == "watch" {
+            Self::Watch
+        } else if matches!(
+            attrs.subresource.as_str(),
+            "exec" | "attach" | "portforward" | "proxy"
+        ) || (attrs.subresource == "log" && follows(req.uri().query()))
+        {
+            Self::Stream
+        } else {
+            Self::Short
+        }
+    }
+
+    /// True for the kinds exempt from the in-flight limit and the request timeout.
+    pub fn long_running(self) -> bool {
+        self != Self::Short
+    }
+}
+
+/// True for an HTTP/1.1 request with an `Upgrade` header that `Connection` names: the only
+/// shape hyper (and the proxy) upgrade. An `Upgrade` header alone is an ordinary header.
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// True when the query asks to follow a log (`follow` with a value Go's `ParseBool` reads as
+/// true, as the kubelet parses it).
+fn follows(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&').any(|kv| {
+            matches!(
+                kv,
+                "follow=true"
+                    | "follow=1"
+                    | "follow=t"
+                    | "follow=T"
+                    | "follow=TRUE"
+                    | "follow=True"
+            )
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    fn kind(method: Method, uri: &str, version: Version, headers: &[(&str, &str)]) -> RequestKind {
+        let mut req = Request::builder().method(method).uri(uri).version(version);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(()).unwrap();
+        let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        RequestKind::of(&req, &attrs)
+    }
+
+    #[test]
+    fn each_kind() {
+        use RequestKind::*;
+        let h1 = Version::HTTP_11;
+        let things = "/apis/g/v1/namespaces/n/things";
+        // (what, method, target, version, headers, kind)
+        type Row<'a> = (
+            &'a str,
+            Method,
+            &'a str,
+            Version,
+            &'a [(&'a str, &'a str)],
+            RequestKind,
+        );
+        let cases: &[Row] = &[
+            ("a list", Method::GET, things, h1, &[], Short),
+            (
+                "a watch by query",
+                Method::GET,
+                "/apis/g/v1/things?watch=1",
+                h1,
+                &[],
+                Watch,
+            ),
+            (
+                "a watch by path",
+                Method::GET,
+                "/apis/g/v1/watch/things",
+                h1,
+                &[],
+                Watch,
+            ),
+            (
+                "a create with watch=1 is no watch",
+                Method::POST,
+                "/apis/g/v1/things?watch=1",
+                h1,
+                &[],
+                Short,
+            ),
+            (
+                "exec",
+                Method::POST,
+                "/api/v1/namespaces/n/pods/p/exec",
+                h1,
+                &[],
+                Stream,
+            ),
+            (
+                "proxy",
+                Method::GET,
+                "/api/v1/namespaces/n/services/s/proxy",
+                h1,
+                &[],
+                Stream,
+            ),
+            (
+                "a followed log",
+                Method::GET,
+                "/api/v1/namespaces/n/pods/p/log?follow=true",
+                h1,
+                &[],
+                Stream,
+            ),
+            (
+                "a log",
+                Method::GET,
+                "/api/v1/namespaces/n/pods/p/log?follow=false",
+                h1,
+                &[],
+                Short,
+            ),
+            (
+                "a real upgrade",
+                Method::GET,
+                "/api/v1/namespaces/n/pods/p/exec",
+                h1,
+                &[
+                    ("connection", "keep-alive, Upgrade"),
+                    ("upgrade", "websocket"),
+                ],
+                Upgrade,
+            ),
+            (
+                "Upgrade alone",
+                Method::GET,
+                things,
+                h1,
+                &[("upgrade", "foo")],
+                Short,
+            ),
+            (
+                "Connection: upgrade alone",
+                Method::GET,
+                things,
+                h1,
+                &[("connection", "upgrade")],
+                Short,
+            ),
+            (
+                "an upgrade on HTTP/1.0",
+                Method::GET,
+                things,
+                Version::HTTP_10,
+                &[("connection", "upgrade"), ("upgrade", "foo")],
+                Short,
+            ),
+            (
+                "a watch over WebSocket",
+                Method::GET,
+                "/apis/g/v1/things?watch=true",
+                h1,
+                &[("connection", "upgrade"), ("upgrade", "websocket")],
+                Upgrade,
+            ),
+        ];
+        for (what, method, uri, version, headers, want) in cases {
+            assert_eq!(
+                kind(method.clone(), uri, *version, headers),
+                *want,
+                "{what}"
+            );
+        }
+        assert!(!Short.long_running());
+        assert!(Watch.long_running() && Upgrade.long_running() && Stream.long_running());
+    }
+}
