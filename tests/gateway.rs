@@ -464,3 +464,86 @@ async fn the_delegate_by_impersonation_gets_the_gateways_token_and_impersonate_h
     .await;
     assert!(rotated, "the rotated token was not used");
 }
+
+/// Whether `/apis` through the gateway lists `group` and `/apis/<group>/v1` is proxied (not 404).
+async fn serves(c: &support::Client, gw: std::net::SocketAddr, group: &str) -> bool {
+    let listed = c.get(gw, "/apis").await.json()["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["name"] == group);
+    let proxied = c.get(gw, &format!("/apis/{group}/v1")).await.status != 404;
+    listed && proxied
+}
+
+#[tokio::test]
+async fn a_manifest_rewritten_in_place_keeps_its_group_while_it_is_empty() {
+    let s = World::single(|_| {}).await;
+    let c = s.w.client(Some("alice"));
+    let file = s.w.pki.path("apiservices/a.json");
+    let content = std::fs::read(&file).unwrap();
+    assert!(serves(&c, s.gw.addr, "a.example.com").await);
+    // Truncate in place, as `>` or a writer that opens with O_TRUNC does, then write late.
+    std::fs::File::create(&file).unwrap();
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(1000);
+    while tokio::time::Instant::now() < until {
+        assert!(
+            serves(&c, s.gw.addr, "a.example.com").await,
+            "the group vanished while its manifest was empty"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    std::fs::write(&file, &content).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert!(
+        serves(&c, s.gw.addr, "a.example.com").await,
+        "the group is gone after its manifest was written back"
+    );
+}
+
+#[tokio::test]
+async fn a_manifest_left_empty_removes_its_group_and_a_deleted_one_goes_at_once() {
+    let s = World::single(|_| {}).await;
+    s.w.register(
+        "b.json",
+        "b.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &s.w.addon_ca,
+    );
+    let c = s.w.client(Some("alice"));
+    assert!(eventually(5, || serves(&c, s.gw.addr, "b.example.com")).await);
+    // Deleted: gone well before an emptied file would be.
+    std::fs::remove_file(s.w.pki.path("apiservices/b.json")).unwrap();
+    let started = tokio::time::Instant::now();
+    assert!(
+        eventually(5, || async {
+            !serves(&c, s.gw.addr, "b.example.com").await
+        })
+        .await
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(1500),
+        "a deleted manifest took {:?} to go",
+        started.elapsed()
+    );
+    // Emptied (only a comment and a document marker) and left so: gone after the settle time.
+    std::fs::write(
+        s.w.pki.path("apiservices/a.json"),
+        "# being rewritten\n---\n",
+    )
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert!(serves(&c, s.gw.addr, "a.example.com").await);
+    let gone = eventually(5, || async {
+        !serves(&c, s.gw.addr, "a.example.com").await
+    })
+    .await;
+    assert!(gone, "a manifest left empty kept its group");
+    c.get(s.gw.addr, "/apis/a.example.com/v1/x")
+        .await
+        .assert_status(404);
+}

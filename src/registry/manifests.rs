@@ -7,9 +7,10 @@ use super::{ApiService, Registry, Snapshot};
 use notify::{RecursiveMode, Watcher};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A problem in one manifest file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,28 +44,54 @@ fn is_manifest(path: &Path) -> bool {
     !hidden && matches!(ext, "yaml" | "yml" | "json")
 }
 
-/// Loads every manifest in `dir`. Either all of them are valid, or every problem is returned.
-pub fn load_dir(dir: &Path) -> Result<Vec<ApiService>, Vec<ManifestError>> {
-    let at_dir = |message: String| {
+/// How long a manifest file that became empty keeps its last good content. Writers that
+/// rewrite a file in place (shell `>` redirection, editors and tools that open with `O_TRUNC`)
+/// leave it empty until they have written the new content, often for hundreds of
+/// milliseconds; taking that moment as "no APIServices" would make their groups vanish and come
+/// back. Two seconds covers a slow writer while a file emptied on purpose still takes effect
+/// within seconds. A deleted file is not held: its APIServices go at once.
+pub const EMPTIED_FILE_SETTLE: Duration = Duration::from_secs(2);
+
+/// The manifest files in `dir` (`*.yaml`, `*.yml`, `*.json`, not hidden), sorted, each with its
+/// text or the error reading it.
+fn read_files(dir: &Path) -> Result<Vec<(PathBuf, std::io::Result<String>)>, Vec<ManifestError>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
         vec![ManifestError {
             file: dir.display().to_string(),
             object: None,
             field: None,
-            message,
+            message: e.to_string(),
         }]
-    };
-    let entries = std::fs::read_dir(dir).map_err(|e| at_dir(e.to_string()))?;
+    })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| is_manifest(p) && p.is_file())
         .collect();
     files.sort();
+    Ok(files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path);
+            (path, text)
+        })
+        .collect())
+}
+
+/// Loads every manifest in `dir`. Either all of them are valid, or every problem is returned.
+pub fn load_dir(dir: &Path) -> Result<Vec<ApiService>, Vec<ManifestError>> {
+    load_files(read_files(dir)?)
+}
+
+/// Parses files read by [`read_files`]: all of them valid, or every problem.
+fn load_files(
+    files: Vec<(PathBuf, std::io::Result<String>)>,
+) -> Result<Vec<ApiService>, Vec<ManifestError>> {
     let mut services: Vec<ApiService> = Vec::new();
-    let mut seen_in: std::collections::HashMap<String, String> = Default::default();
+    let mut seen_in: HashMap<String, String> = Default::default();
     let mut problems = Vec::new();
-    for path in files {
+    for (path, text) in files {
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
+        let text = match text {
             Ok(t) => t,
             Err(e) => {
                 problems.push(ManifestError {
@@ -100,8 +127,27 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ApiService>, Vec<ManifestError>> {
     }
 }
 
-/// Parses one file's text. `file` names it in errors; `.json` files are read as JSON.
+/// True for a file with nothing in it: no bytes, or only whitespace, `#` comments and document
+/// markers (`---`, `...`). This is what a file being rewritten in place looks like.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        let rest = line
+            .strip_prefix("---")
+            .or_else(|| line.strip_prefix("..."))
+            .filter(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace))
+            .unwrap_or(line)
+            .trim_start();
+        rest.is_empty() || rest.starts_with('#')
+    })
+}
+
+/// Parses one file's text. `file` names it in errors; `.json` files are read as JSON. A blank
+/// file (whitespace, `#` comments and document markers only, even in `.json`) holds nothing.
 pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<ManifestError>> {
+    if is_blank(text) {
+        return Ok(Vec::new());
+    }
     let problem = |object: Option<String>, field: Option<String>, message: String| ManifestError {
         file: file.to_string(),
         object,
@@ -209,8 +255,94 @@ fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
     (!scalar.is_empty()).then(|| scalar.to_string())
 }
 
+/// What a watch remembers between loads of its directory.
+#[derive(Debug, Default)]
+struct Watched {
+    /// The non-blank text of every file in the set last put in force.
+    applied: HashMap<PathBuf, String>,
+    /// Files found blank while `applied` still has content for them, with when that was first
+    /// seen: held until [`EMPTIED_FILE_SETTLE`] has passed.
+    emptied: HashMap<PathBuf, Instant>,
+}
+
+/// One load of the directory by a watch.
+#[derive(Debug)]
+struct Load {
+    result: Result<Vec<ApiService>, Vec<ManifestError>>,
+    /// The text of each file as loaded (a held file's last good one), to remember as applied
+    /// when `result` is put in force.
+    texts: HashMap<PathBuf, String>,
+    /// Files that stayed empty past the settle time: this load drops their APIServices.
+    released: Vec<PathBuf>,
+    /// When the earliest held file's settle time ends: load again then, change or not.
+    recheck: Option<Instant>,
+}
+
+impl Watched {
+    /// Loads `dir` as [`load_dir`] does, except that a file that became blank keeps the text
+    /// last put in force until it has been blank for [`EMPTIED_FILE_SETTLE`] (from `now`).
+    fn load(&mut self, dir: &Path, now: Instant) -> Load {
+        let files = match read_files(dir) {
+            Ok(files) => files,
+            Err(e) => {
+                return Load {
+                    result: Err(e),
+                    texts: HashMap::new(),
+                    released: Vec::new(),
+                    recheck: None,
+                }
+            }
+        };
+        let mut emptied = HashMap::new();
+        let mut texts = HashMap::new();
+        let mut released = Vec::new();
+        let mut recheck: Option<Instant> = None;
+        let files = files
+            .into_iter()
+            .map(|(path, text)| {
+                let good = match &text {
+                    Ok(t) if !is_blank(t) => {
+                        texts.insert(path.clone(), t.clone());
+                        return (path, text);
+                    }
+                    Ok(_) => self.applied.get(&path),
+                    Err(_) => None,
+                };
+                let Some(good) = good else {
+                    return (path, text);
+                };
+                let since = *self.emptied.get(&path).unwrap_or(&now);
+                emptied.insert(path.clone(), since);
+                let until = since + EMPTIED_FILE_SETTLE;
+                if now >= until {
+                    released.push(path.clone());
+                    return (path, text);
+                }
+                if since == now {
+                    tracing::info!(
+                        file = %path.display(),
+                        settle = ?EMPTIED_FILE_SETTLE,
+                        "manifest file is empty; its last good APIServices stay until it has been empty for the settle time"
+                    );
+                }
+                recheck = Some(recheck.map_or(until, |r| r.min(until)));
+                texts.insert(path.clone(), good.clone());
+                (path, Ok(good.clone()))
+            })
+            .collect();
+        self.emptied = emptied;
+        Load {
+            result: load_files(files),
+            texts,
+            released,
+            recheck,
+        }
+    }
+}
+
 /// Loads `dir` into `registry` now, then again whenever a file in it changes (debounced), until
-/// the returned watcher is dropped. Bad sets are logged and leave the registry as it was.
+/// the returned watcher is dropped. Bad sets are logged and leave the registry as it was; a file
+/// that became empty keeps its last good content for [`EMPTIED_FILE_SETTLE`].
 pub fn watch_dir(
     dir: PathBuf,
     registry: Arc<Registry>,
@@ -223,23 +355,52 @@ pub fn watch_dir(
         }
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    apply(&dir, &registry);
+    let watched = Arc::new(std::sync::Mutex::new(Watched::default()));
+    let mut recheck = apply(&dir, &registry, &watched);
     tokio::spawn(async move {
-        while rx.recv().await.is_some() {
-            // Editors and `kubectl cp` write in bursts: let the burst settle, then load once.
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            while rx.try_recv().is_ok() {}
-            let (dir, registry) = (dir.clone(), registry.clone());
-            let _ = tokio::task::spawn_blocking(move || apply(&dir, &registry)).await;
+        loop {
+            let settled = async {
+                match recheck {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = rx.recv() => {
+                    if event.is_none() {
+                        break;
+                    }
+                    // Editors and `kubectl cp` write in bursts: let the burst settle, then
+                    // load once.
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    while rx.try_recv().is_ok() {}
+                }
+                () = settled => {}
+            }
+            let (dir, registry, watched) = (dir.clone(), registry.clone(), watched.clone());
+            recheck = tokio::task::spawn_blocking(move || apply(&dir, &registry, &watched))
+                .await
+                .unwrap_or(None);
         }
     });
     Ok(watcher)
 }
 
-fn apply(dir: &Path, registry: &Registry) {
-    match load_dir(dir) {
+/// Loads the directory into the registry; returns when to load again for a held file.
+fn apply(dir: &Path, registry: &Registry, watched: &std::sync::Mutex<Watched>) -> Option<Instant> {
+    let mut watched = watched.lock().unwrap_or_else(|e| e.into_inner());
+    let load = watched.load(dir, Instant::now());
+    match load.result {
         Ok(services) => {
             let count = services.len();
+            watched.applied = load.texts;
+            for file in &load.released {
+                tracing::warn!(
+                    file = %file.display(),
+                    settle = ?EMPTIED_FILE_SETTLE,
+                    "manifest file stayed empty past the settle time; its APIServices are removed"
+                );
+            }
             if registry.replace(Snapshot::new(services)) {
                 tracing::info!(dir = %dir.display(), apiservices = count, "registry loaded");
             }
@@ -255,6 +416,7 @@ fn apply(dir: &Path, registry: &Registry) {
             );
         }
     }
+    load.recheck
 }
 
 #[cfg(test)]
@@ -366,6 +528,107 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
                 }
             }
         }
+    }
+
+    #[test]
+    fn blank_is_whitespace_comments_and_document_markers() {
+        for text in [
+            "",
+            "\n",
+            "  \n\t\n",
+            "# x\n",
+            "---\n",
+            "--- # c\n---\n...\n",
+            "\r\n#\r\n",
+        ] {
+            assert!(is_blank(text), "{text:?}");
+        }
+        for text in ["{}", "---x\n", "kind: List\n", "[]", "null", "--- a\n"] {
+            assert!(!is_blank(text), "{text:?}");
+        }
+        // A comment-only file is an empty manifest, even named .json.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.json"), "# emptied\n").unwrap();
+        assert_eq!(load_dir(dir.path()).unwrap().len(), 0);
+    }
+
+    /// One load by a watch at `now`, put in force when valid, as `apply` does: the names
+    /// loaded and the files released.
+    fn step(
+        w: &mut Watched,
+        dir: &Path,
+        now: Instant,
+    ) -> (Vec<String>, Vec<PathBuf>, Option<Instant>) {
+        let load = w.load(dir, now);
+        let services = load.result.expect("a valid set");
+        w.applied = load.texts;
+        let names = services.into_iter().map(|s| s.name).collect();
+        (names, load.released, load.recheck)
+    }
+
+    #[test]
+    fn an_emptied_file_is_held_for_the_settle_time_and_a_deleted_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+        std::fs::write(&a, ONE).unwrap();
+        std::fs::write(
+            &b,
+            ONE.replace("v1.a.example.com", "v1.b.example.com")
+                .replace("group: a.", "group: b."),
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut w = Watched::default();
+        let both = vec!["v1.a.example.com".to_string(), "v1.b.example.com".into()];
+        assert_eq!(step(&mut w, dir.path(), t0), (both.clone(), vec![], None));
+
+        // Truncated, then written again before the settle time: never gone.
+        std::fs::write(&a, "").unwrap();
+        let until = at(100) + EMPTIED_FILE_SETTLE;
+        assert_eq!(
+            step(&mut w, dir.path(), at(100)),
+            (both.clone(), vec![], Some(until))
+        );
+        // A later load keeps the first time it was seen empty.
+        std::fs::write(&a, "---\n# half\n").unwrap();
+        assert_eq!(
+            step(&mut w, dir.path(), at(600)),
+            (both.clone(), vec![], Some(until))
+        );
+        std::fs::write(&a, ONE).unwrap();
+        assert_eq!(
+            step(&mut w, dir.path(), at(700)),
+            (both.clone(), vec![], None)
+        );
+        assert!(w.emptied.is_empty());
+
+        // Emptied again: the settle time starts over, and a set refused meanwhile (a bad new
+        // file) does not restart it.
+        std::fs::write(&a, "\n").unwrap();
+        let until = at(1000) + EMPTIED_FILE_SETTLE;
+        assert_eq!(step(&mut w, dir.path(), at(1000)).2, Some(until));
+        std::fs::write(dir.path().join("c.yaml"), "kind: [").unwrap();
+        assert!(w.load(dir.path(), at(1500)).result.is_err());
+        std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
+        assert_eq!(
+            step(&mut w, dir.path(), at(1600)),
+            (both, vec![], Some(until))
+        );
+        // Still empty at the end of the settle time: its APIServices go, once.
+        let b_only = vec!["v1.b.example.com".to_string()];
+        assert_eq!(
+            step(&mut w, dir.path(), until),
+            (b_only.clone(), vec![a.clone()], None)
+        );
+        assert_eq!(step(&mut w, dir.path(), at(9000)), (b_only, vec![], None));
+
+        // Deleted: gone at the next load.
+        std::fs::remove_file(&b).unwrap();
+        assert_eq!(step(&mut w, dir.path(), at(9100)), (vec![], vec![], None));
+        // A file that was empty from the start has nothing to hold.
+        std::fs::write(&b, "").unwrap();
+        assert_eq!(step(&mut w, dir.path(), at(9200)), (vec![], vec![], None));
     }
 
     #[test]
