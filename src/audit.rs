@@ -98,6 +98,60 @@ impl Policy {
     }
 }
 
+/// How a request ended: the access line's `outcome=` and the audit event's
+/// `apigw/outcome` annotation (with a `reason` in `responseStatus` when it did not complete).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The whole response was handed to the connection.
+    Completed,
+    /// `--request-timeout` passed: a 504 before the response head, or a response cut mid-body.
+    Timeout,
+    /// The client went away (closed the connection or reset the stream) first.
+    ClientGone,
+    /// The backend's response body failed mid-stream.
+    BackendError,
+    /// A long-running response ended by the end of the shutdown grace period.
+    Shutdown,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Timeout => "timeout",
+            Self::ClientGone => "client-gone",
+            Self::BackendError => "backend-error",
+            Self::Shutdown => "shutdown",
+        }
+    }
+
+    /// The `reason` and `message` of `responseStatus` for an outcome other than completed.
+    fn reason(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Completed => None,
+            Self::Timeout => Some((
+                "Timeout",
+                "the request did not complete within the allotted timeout",
+            )),
+            Self::ClientGone => Some((
+                "ClientGone",
+                "the client went away before the response was complete",
+            )),
+            Self::BackendError => Some((
+                "BackendError",
+                "the backend's response failed before it was complete",
+            )),
+            Self::Shutdown => Some(("Shutdown", "ended by the gateway's shutdown")),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What is known of a finished request.
 pub struct Request<'a> {
     pub attrs: &'a Attributes,
@@ -107,7 +161,9 @@ pub struct Request<'a> {
     pub real: Option<&'a Identity>,
     pub source: std::net::IpAddr,
     pub user_agent: Option<&'a str>,
+    /// The response's status, or 499 when the client went away before the response head.
     pub code: u16,
+    pub outcome: Outcome,
     pub received: SystemTime,
 }
 
@@ -160,6 +216,13 @@ pub fn event(r: &Request<'_>, level: &str) -> Value {
         "requestReceivedTimestamp": micros(r.received),
         "stageTimestamp": micros(SystemTime::now()),
     });
+    if let Some((reason, message)) = r.outcome.reason() {
+        let status = &mut e["responseStatus"];
+        status["status"] = json!("Failure");
+        status["reason"] = json!(reason);
+        status["message"] = json!(message);
+    }
+    e["annotations"] = json!({"apigw/outcome": r.outcome.as_str()});
     if let Some(i) = impersonated {
         e["impersonatedUser"] = i;
     }
@@ -357,6 +420,7 @@ mod tests {
             source: [10, 0, 0, 1].into(),
             user_agent: Some("kubectl"),
             code: 200,
+            outcome: Outcome::Completed,
             received: SystemTime::now(),
         };
         let e = event(&r, "Metadata");
@@ -367,7 +431,19 @@ mod tests {
             e["objectRef"],
             json!({"resource": "flunders", "apiGroup": "wardle.example.com", "apiVersion": "v1alpha1", "namespace": "x", "name": "f"})
         );
-        assert_eq!(e["responseStatus"]["code"], 200);
+        assert_eq!(e["responseStatus"], json!({"metadata": {}, "code": 200}));
+        assert_eq!(e["annotations"], json!({"apigw/outcome": "completed"}));
+        let gone = event(
+            &Request {
+                code: 499,
+                outcome: Outcome::ClientGone,
+                ..r
+            },
+            "Metadata",
+        );
+        assert_eq!(gone["responseStatus"]["code"], 499);
+        assert_eq!(gone["responseStatus"]["reason"], "ClientGone");
+        assert_eq!(gone["annotations"]["apigw/outcome"], "client-gone");
         assert_eq!(e["auditID"].as_str().map(str::len), Some(32));
         assert!(e["stageTimestamp"].as_str().unwrap().ends_with('Z'));
     }

@@ -348,8 +348,11 @@ pub struct Config {
     pub cluster: Option<Cluster>,
     /// Largest non-streaming request body forwarded; None: no limit.
     pub max_request_body_bytes: Option<usize>,
-    /// How long an HTTP/1.1 client may take to send a request head.
+    /// How long a client may take to send a request head, and a new connection its first one
+    /// (`server::HEADER_READ_TIMEOUT`).
     pub header_read_timeout: Duration,
+    /// How long a connection answering no request stays open (`server::IDLE_TIMEOUT`).
+    pub idle_timeout: Duration,
     /// Connection worker threads (`server::workers`); 0 serves on the shared runtime.
     pub worker_threads: usize,
 }
@@ -393,7 +396,8 @@ impl Config {
             limits: (400, 0, 0),
             cluster: None,
             max_request_body_bytes: None,
-            header_read_timeout: Duration::from_secs(30),
+            header_read_timeout: crate::server::HEADER_READ_TIMEOUT,
+            idle_timeout: crate::server::IDLE_TIMEOUT,
             worker_threads: cpus(),
         }
     }
@@ -1027,7 +1031,8 @@ fn merge(
                 .max_request_body_bytes
                 .or(file.max_request_body_bytes)
                 .filter(|n| *n > 0),
-            header_read_timeout: Duration::from_secs(30),
+            header_read_timeout: crate::server::HEADER_READ_TIMEOUT,
+            idle_timeout: crate::server::IDLE_TIMEOUT,
             worker_threads,
             limits: (
                 flags

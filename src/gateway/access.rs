@@ -1,8 +1,17 @@
-//! One access-log line and the request metrics per request, written when the response body
-//! ends (so a watch is logged with its real duration and bytes): user, verb, path, code, bytes,
-//! duration and APIService. Never a header value, token or body.
+//! One access-log line, audit event and the request metrics per request admitted past the
+//! limits, written when the request ends, however it ends: when the response body ends (so a
+//! watch is logged with its real duration and bytes), when it is cut at the request timeout, or
+//! when the client goes away, before the response head as well as after it. The line says
+//! which (`outcome=`): user, verb, path, code, bytes, duration, APIService, outcome. Never a
+//! header value, token or body.
+//!
+//! The response body of a request that is not long-running is cut at the request's deadline
+//! (`--request-timeout` from its start), as kube-apiserver's timeout filter bounds a request end
+//! to end: [`crate::server::cut`] drops its connection (HTTP/1.1) or stream (HTTP/2) even when
+//! a client that does not read has stalled the writes, and with the body goes its in-flight
+//! slot.
 
-use crate::audit::Auditor;
+use crate::audit::{Auditor, Outcome};
 use crate::authn::Identity;
 use crate::authz::Attributes;
 use crate::body::{Body, BoxError};
@@ -17,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-/// What is known of a request when its response head is ready.
+/// What is known of a request, filled in as it goes; logged and audited when dropped.
 pub struct Record {
     pub metrics: Arc<Metrics>,
     /// With an audit log only: what the audit event needs besides the rest.
@@ -30,13 +39,21 @@ pub struct Record {
     pub attrs: Attributes,
     /// The APIService for the access line; computed only when the access log is enabled.
     pub apiservice: Option<String>,
-    pub status: StatusCode,
+    /// The response's status once its head is ready; None while there is none (a record
+    /// dropped so is a request whose client went away first).
+    pub status: Option<StatusCode>,
+    /// Set when known before the end (a 504 of the request timeout); else decided at the end.
+    pub outcome: Option<Outcome>,
+    /// Response body bytes handed to the connection.
+    pub bytes: u64,
     /// Long-running kinds are counted apart and end with the shutdown grace period.
     pub kind: crate::request_kind::RequestKind,
     pub start: Instant,
+    /// Not long-running: when the response must be complete; it is cut then.
+    pub deadline: Option<Instant>,
     /// For long-running requests: cancelled when the shutdown grace period is over.
     pub closing: Option<CancellationToken>,
-    /// Released when the response ends.
+    /// Released when the request ends.
     pub _permit: Option<super::limits::Permit>,
 }
 
@@ -49,19 +66,15 @@ pub struct Audit {
 }
 
 impl Record {
-    /// Counts the request and its time to the response head; the line is logged when `body` ends.
-    pub fn wrap(mut self, body: Body) -> Body {
+    /// Counts the request and its time to the response head (status `status`); the line is
+    /// logged when `body` ends or is dropped.
+    pub fn wrap(mut self, status: StatusCode, body: Body) -> Body {
+        self.status = Some(status);
         let m = &self.metrics;
         let a = &self.attrs;
         let labels = [a.verb.as_str(), &a.group, &a.version, &a.resource];
         m.requests
-            .with_label_values(&[
-                labels[0],
-                labels[1],
-                labels[2],
-                labels[3],
-                self.status.as_str(),
-            ])
+            .with_label_values(&[labels[0], labels[1], labels[2], labels[3], status.as_str()])
             .inc();
         m.latency
             .with_label_values(&labels)
@@ -71,20 +84,83 @@ impl Record {
             .closing
             .take()
             .map(|token| Box::pin(token.cancelled_owned()));
+        // Cut at the deadline even while nothing polls the body; outside the server's
+        // connections (nothing to cut), the body itself fails at its first poll past it. Not
+        // the 504 of a request already past its deadline.
+        let deadline = self.deadline.filter(|_| self.outcome.is_none());
+        let armed =
+            deadline.and_then(|at| crate::server::cut::arm(tokio::time::Instant::from_std(at)));
+        let fallback = if armed.is_none() { deadline } else { None };
         http_body_util::BodyExt::boxed(Logged {
             inner: body,
-            bytes: 0,
+            ended: false,
             closing,
+            _armed: armed,
+            fallback,
             record: self,
         })
+    }
+
+    /// The code for the line and event: the response's, or 499 (nginx's "client closed
+    /// request") when there was no response head.
+    fn code(&self) -> u16 {
+        self.status.map_or(499, |s| s.as_u16())
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let outcome = *self.outcome.get_or_insert(Outcome::ClientGone);
+        match self.status {
+            Some(_) => self.metrics.in_flight(self.kind.long_running()).dec(),
+            // Never counted at a response head: count it now.
+            None => {
+                let a = &self.attrs;
+                self.metrics
+                    .requests
+                    .with_label_values(&[&a.verb, &a.group, &a.version, &a.resource, "499"])
+                    .inc();
+            }
+        }
+        let code = self.code();
+        tracing::info!(
+            target: "apigw::access",
+            remote = %self.remote,
+            user = self.identity.as_ref().map_or("", |i| i.user.as_str()),
+            verb = %self.attrs.verb,
+            path = %self.attrs.path,
+            code,
+            bytes = self.bytes,
+            duration_ms = self.start.elapsed().as_secs_f64() * 1000.0,
+            apiservice = self.apiservice.as_deref().unwrap_or(""),
+            outcome = %outcome,
+        );
+        if let Some(audit) = &self.audit {
+            audit.auditor.record(&crate::audit::Request {
+                attrs: &self.attrs,
+                uri: &audit.uri,
+                identity: self.identity.as_ref(),
+                real: self.real.as_ref(),
+                source: self.remote.ip(),
+                user_agent: audit.user_agent.as_deref(),
+                code,
+                outcome,
+                received: audit.received,
+            });
+        }
     }
 }
 
 struct Logged {
     inner: Body,
-    bytes: u64,
+    /// The inner body ended: everything was handed to the connection.
+    ended: bool,
     /// For long-running responses: resolves when the shutdown grace period is over.
     closing: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    /// The cut at the deadline, disarmed when the body is dropped.
+    _armed: Option<crate::server::cut::Armed>,
+    /// The deadline when nothing can cut: checked at each poll.
+    fallback: Option<Instant>,
     record: Record,
 }
 
@@ -99,14 +175,27 @@ impl http_body::Body for Logged {
         if let Some(closing) = self.closing.as_mut() {
             if closing.as_mut().poll(cx).is_ready() {
                 // The end of a chunked body: the client sees a clean end of the watch.
+                self.record.outcome = Some(Outcome::Shutdown);
                 return Poll::Ready(None);
             }
         }
+        if self.fallback.is_some_and(|at| Instant::now() >= at) {
+            self.record.outcome = Some(Outcome::Timeout);
+            return Poll::Ready(Some(Err("request timeout: response cut".into())));
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                self.bytes += data.len() as u64;
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let n = data.len() as u64;
+                    self.record.bytes += n;
+                }
             }
+            Poll::Ready(Some(Err(_))) => {
+                self.record.outcome.get_or_insert(Outcome::BackendError);
+            }
+            Poll::Ready(None) => self.ended = true,
+            Poll::Pending => {}
         }
         polled
     }
@@ -122,29 +211,16 @@ impl http_body::Body for Logged {
 
 impl Drop for Logged {
     fn drop(&mut self) {
-        let r = &self.record;
-        r.metrics.in_flight(r.kind.long_running()).dec();
-        tracing::info!(
-            target: "apigw::access",
-            remote = %r.remote,
-            user = r.identity.as_ref().map_or("", |i| i.user.as_str()),
-            verb = %r.attrs.verb,
-            path = %r.attrs.path,
-            code = r.status.as_u16(),
-            bytes = self.bytes,
-            duration_ms = r.start.elapsed().as_secs_f64() * 1000.0,
-            apiservice = r.apiservice.as_deref().unwrap_or(""),
-        );
-        if let Some(audit) = &r.audit {
-            audit.auditor.record(&crate::audit::Request {
-                attrs: &r.attrs,
-                uri: &audit.uri,
-                identity: r.identity.as_ref(),
-                real: r.real.as_ref(),
-                source: r.remote.ip(),
-                user_agent: audit.user_agent.as_deref(),
-                code: r.status.as_u16(),
-                received: audit.received,
+        // hyper stops polling once the body says it has ended, so that counts as the end too.
+        let ended = self.ended || http_body::Body::is_end_stream(&self.inner);
+        let r = &mut self.record;
+        if r.outcome.is_none() {
+            r.outcome = Some(if ended {
+                Outcome::Completed
+            } else if r.deadline.is_some_and(|at| Instant::now() >= at) {
+                Outcome::Timeout
+            } else {
+                Outcome::ClientGone
             });
         }
     }

@@ -1,7 +1,9 @@
 //! Admission limits, checked before authentication as kube-apiserver's max-in-flight filter
 //! is: requests in flight overall (`--max-requests-inflight`, long-running requests exempt)
-//! and per client address (`--max-requests-inflight-per-client`), and open connections per
-//! client address (`--max-connections-per-client`). Over a limit: 429 with `Retry-After`.
+//! and per client address (`--max-requests-inflight-per-client`). Over a limit: 429 with
+//! `Retry-After`. Health and `/version` are answered before these limits, so a probe always gets
+//! through; open connections per client address (`--max-connections-per-client`) are limited
+//! at accept (`crate::server`).
 
 use crate::errors::Status;
 use std::collections::HashMap;
@@ -14,19 +16,16 @@ use std::sync::{Arc, Mutex};
 pub struct Limits {
     pub max_inflight: usize,
     pub max_inflight_per_client: usize,
-    pub max_connections_per_client: usize,
     inflight: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
-    connections: Mutex<HashMap<IpAddr, usize>>,
 }
 
-/// Holds one admitted request or connection; releases it when dropped.
+/// Holds one admitted request; releases it when dropped.
 pub struct Permit {
     limits: Arc<Limits>,
     client: IpAddr,
     global: bool,
     per_client: bool,
-    connection: bool,
 }
 
 fn take(map: &Mutex<HashMap<IpAddr, usize>>, client: IpAddr, max: usize) -> bool {
@@ -59,15 +58,10 @@ pub fn too_many() -> Status {
 }
 
 impl Limits {
-    pub fn new(
-        max_inflight: usize,
-        max_inflight_per_client: usize,
-        max_connections_per_client: usize,
-    ) -> Arc<Self> {
+    pub fn new(max_inflight: usize, max_inflight_per_client: usize) -> Arc<Self> {
         Arc::new(Self {
             max_inflight,
             max_inflight_per_client,
-            max_connections_per_client,
             ..Self::default()
         })
     }
@@ -79,7 +73,6 @@ impl Limits {
             client,
             global: false,
             per_client: false,
-            connection: false,
         };
         if self.max_inflight > 0 && !long_running {
             if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.max_inflight {
@@ -96,24 +89,6 @@ impl Limits {
         }
         Ok(permit)
     }
-
-    /// Admits a connection from `client`, or None when it has too many open.
-    pub fn connect(self: &Arc<Self>, client: IpAddr) -> Option<Permit> {
-        let mut permit = Permit {
-            limits: self.clone(),
-            client,
-            global: false,
-            per_client: false,
-            connection: false,
-        };
-        if self.max_connections_per_client > 0 {
-            if !take(&self.connections, client, self.max_connections_per_client) {
-                return None;
-            }
-            permit.connection = true;
-        }
-        Some(permit)
-    }
 }
 
 impl Drop for Permit {
@@ -124,9 +99,6 @@ impl Drop for Permit {
         if self.per_client {
             give_back(&self.limits.per_client, self.client);
         }
-        if self.connection {
-            give_back(&self.limits.connections, self.client);
-        }
     }
 }
 
@@ -136,7 +108,7 @@ mod tests {
 
     #[test]
     fn permits_count_and_release() {
-        let l = Limits::new(2, 1, 1);
+        let l = Limits::new(2, 1);
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let p1 = l.admit(a, false).unwrap();
         assert_eq!(
@@ -150,11 +122,7 @@ mod tests {
         drop(p1);
         assert!(l.admit(c, false).is_ok());
         drop(p2);
-        let conn = l.connect(a).unwrap();
-        assert!(l.connect(a).is_none());
-        drop(conn);
-        assert!(l.connect(a).is_some());
-        let unlimited = Limits::new(0, 0, 0);
+        let unlimited = Limits::new(0, 0);
         let all: Vec<_> = (0..100)
             .map(|_| unlimited.admit(a, false).unwrap())
             .collect();

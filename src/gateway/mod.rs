@@ -168,7 +168,7 @@ impl Gateway {
             health: Health::default(),
             token_reviewer: std::sync::OnceLock::new(),
             access_reviewer: std::sync::OnceLock::new(),
-            limits: limits::Limits::new(cfg.limits.0, cfg.limits.1, cfg.limits.2),
+            limits: limits::Limits::new(cfg.limits.0, cfg.limits.1),
             audit: match &cfg.audit {
                 Some(settings) => Some(Arc::new(
                     crate::audit::Auditor::start(settings.clone())
@@ -211,10 +211,8 @@ impl Gateway {
         let peer = Arc::new(self.certs.examine(&conn.peer_chain));
         let gateway = self.clone();
         let remote = conn.remote;
-        // Held by the handler, so released when the connection ends.
-        let permit = self.limits.connect(remote.ip()).map(Arc::new);
         move |req| {
-            let (gateway, peer, admitted) = (gateway.clone(), peer.clone(), permit.is_some());
+            let (gateway, peer) = (gateway.clone(), peer.clone());
             Box::pin(async move {
                 // Before anything reads the request: a request without one valid host never
                 // reaches a handler, as with Go's net/http.
@@ -231,14 +229,6 @@ impl Gateway {
                         return res;
                     }
                 };
-                if !admitted {
-                    let mut res = retry_later(limits::too_many());
-                    res.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                    return res;
-                }
                 gateway.handle(req, &peer, remote, host).await
             })
         }
@@ -275,35 +265,6 @@ impl Gateway {
             Ok(permit) => permit,
             Err(status) => return retry_later(status),
         };
-        let admitted = self.admit(&req, peer, &attrs).await;
-        let (identity, real, res) = match admitted {
-            Err(refused) => (
-                refused.identity.map(|b| *b),
-                None,
-                refused.status.into_response(),
-            ),
-            Ok((identity, real)) => {
-                let inbound = Inbound {
-                    client: remote,
-                    host,
-                    kind,
-                };
-                let routed = self.route(req, &identity, &inbound);
-                let res = if kind.long_running() {
-                    routed.await
-                } else {
-                    tokio::time::timeout(self.request_timeout, routed)
-                        .await
-                        .unwrap_or_else(|_| {
-                            Status::gateway_timeout(
-                                "Timeout: request did not complete within the allotted timeout",
-                            )
-                            .into_response()
-                        })
-                };
-                (Some(identity), real, res)
-            }
-        };
         // Only the access line names the APIService.
         let apiservice = (!attrs.group.is_empty()
             && tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
@@ -314,21 +275,59 @@ impl Gateway {
                 .map(|service| service.name.clone())
         })
         .flatten();
-        let record = access::Record {
+        // From here on the request is logged and audited however it ends, also when the
+        // client goes away before the response head (this future is then dropped).
+        let mut record = access::Record {
             metrics: self.metrics.clone(),
             audit,
             remote,
-            identity,
-            real,
+            identity: None,
+            real: None,
             attrs,
             apiservice,
-            status: res.status(),
+            status: None,
+            outcome: None,
+            bytes: 0,
             kind,
             start,
+            // As kube-apiserver's timeout filter: end to end, from the request's start (none
+            // past the end of time).
+            deadline: (!kind.long_running())
+                .then(|| start.checked_add(self.request_timeout))
+                .flatten(),
             closing: kind.long_running().then(|| self.closing.clone()),
             _permit: Some(permit),
         };
-        res.map(|body| record.wrap(body))
+        let res = match self.admit(&req, peer, &record.attrs).await {
+            Err(refused) => {
+                record.identity = refused.identity.map(|b| *b);
+                refused.status.into_response()
+            }
+            Ok((identity, real)) => {
+                let inbound = Inbound {
+                    client: remote,
+                    host,
+                    kind,
+                };
+                record.real = real;
+                let identity = &*record.identity.insert(identity);
+                let routed = self.route(req, identity, &inbound);
+                match record.deadline {
+                    None => routed.await,
+                    Some(at) => tokio::time::timeout_at(at.into(), routed)
+                        .await
+                        .unwrap_or_else(|_| {
+                            record.outcome = Some(crate::audit::Outcome::Timeout);
+                            Status::gateway_timeout(
+                                "Timeout: request did not complete within the allotted timeout",
+                            )
+                            .into_response()
+                        }),
+                }
+            }
+        };
+        let status = res.status();
+        res.map(|body| record.wrap(status, body))
     }
 
     /// Authenticates, applies impersonation, and authorizes. Returns the identity to act as
@@ -536,6 +535,8 @@ pub async fn run(
     let limits = crate::server::Limits {
         grace: cfg.shutdown_grace,
         header_read_timeout: cfg.header_read_timeout,
+        idle_timeout: cfg.idle_timeout,
+        max_connections_per_client: cfg.limits.2,
         closing: gateway.closing.clone(),
         workers: cfg.worker_threads,
         ..Default::default()

@@ -1,15 +1,21 @@
-//! The accept loop shared by the gateway and the sample server: TCP -> TLS handshake (with a
-//! timeout; peer certificates read once per connection) -> hyper-util's auto builder serving
-//! HTTP/1.1 (with upgrades) and HTTP/2 -> the caller's handler. Shutdown stops accepting and
-//! lets open connections finish, up to a grace period. Connections are served on the
-//! thread-per-core [`workers`] when [`Limits::workers`] asks for them.
+//! The accept loop shared by the gateway and the sample server: TCP (refused at once past
+//! [`Limits::max_connections_per_client`]) -> TLS handshake (with a timeout; peer certificates
+//! read once per connection) -> hyper-util's auto builder serving HTTP/1.1 (with upgrades) and
+//! HTTP/2 -> the caller's handler. Every state of a connection has a deadline ([`deadlines`]):
+//! the handshake, the first request (or HTTP/2 preface), a request head, and idle time between
+//! requests; only a connection answering a request (a watch, say) stays open without one.
+//! Shutdown stops accepting and lets open connections finish, up to a grace period.
+//! Connections are served on the thread-per-core [`workers`] when [`Limits::workers`] asks for
+//! them.
 
+pub mod cut;
+mod deadlines;
 pub mod workers;
 
 use crate::body::Body;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::CertificateDer;
 use std::convert::Infallible;
@@ -19,6 +25,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new connection may take to send its first request head (HTTP/2: the preface and
+/// SETTINGS), and any connection a request head once it began (default of
+/// [`Limits::header_read_timeout`]). One deadline for nothing yet and part of a head: from the
+/// server's side both are a head that has not arrived, as Go's `ReadHeaderTimeout` (32 s in
+/// kube-apiserver) runs from the start of a new connection.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection answering nothing stays open (HTTP/1.1 between requests, HTTP/2 with
+/// no open stream): kube-apiserver's `IdleTimeout` and HTTP/2 `IdleTimeout`, 90 s, which is also
+/// the idle timeout of client-go's and Go's default transports, so clients close first.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// After a quiet connection is asked to close (HTTP/2: GOAWAY and a PING the client should
+/// answer), how long it may stay quiet before it is cut: Go's HTTP/2 `goAwayTimeout`.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// What the gateway knows about a connection before the first request.
 #[derive(Debug, Clone)]
@@ -32,8 +54,14 @@ pub struct ConnInfo {
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub handshake_timeout: Duration,
-    /// How long an HTTP/1.1 client may take to send a request head (slowloris).
+    /// How long a client may take to send a request head (slowloris), and a new connection its
+    /// first one ([`HEADER_READ_TIMEOUT`]).
     pub header_read_timeout: Duration,
+    /// How long a connection with no request being answered stays open ([`IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
+    /// Open connections per client address; a connection past it is closed at accept, before
+    /// the TLS handshake. 0 is unlimited.
+    pub max_connections_per_client: usize,
     pub grace: Duration,
     /// Cancelled when the grace period ends, so long-running responses (watches, upgraded
     /// streams) can end cleanly instead of being cut.
@@ -45,8 +73,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            handshake_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            max_connections_per_client: 0,
             grace: Duration::from_secs(30),
             closing: tokio_util::sync::CancellationToken::new(),
             workers: 0,
@@ -71,8 +101,13 @@ pub async fn serve<M, H, Fut>(
 {
     let acceptor = TlsAcceptor::from(tls);
     let make = Arc::new(make);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // Shutdown: `draining` asks every connection to finish; each holds a clone of `open`, so
+    // `drained` ends once all have.
+    let draining = tokio_util::sync::CancellationToken::new();
+    let (open, mut drained) = tokio::sync::mpsc::channel::<()>(1);
+    let per_client = deadlines::PerClient::new(limits.max_connections_per_client);
+    // HTTP/2 streams run as tasks a request can cut at its deadline ([`cut`]).
+    let mut builder = auto::Builder::new(cut::Executor);
     // HTTP/2: room for client-go's many multiplexed watches; bounded headers; resets that
     // arrive faster than streams are accepted (CVE-2023-44487 "rapid reset") close the
     // connection; pings find dead peers of idle watch connections.
@@ -116,11 +151,19 @@ pub async fn serve<M, H, Fut>(
             },
             () = &mut shutdown => break,
         };
+        let Some(admitted) = per_client.admit(remote.ip()) else {
+            // Closed before the handshake: costs the client's address nothing but this.
+            tracing::debug!(%remote, "too many connections from this client; closed");
+            drop(tcp);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let (acceptor, make, builder) = (acceptor.clone(), make.clone(), builder.clone());
-        let watcher = graceful.watcher();
+        let (draining, open) = (draining.clone(), open.clone());
         let timeout = limits.handshake_timeout;
+        let (opening, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let connection = move |tcp: TcpStream| async move {
+            let _counted = (admitted, open);
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
@@ -149,27 +192,67 @@ pub async fn serve<M, H, Fut>(
                 .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                 .unwrap_or_default();
             let handler = make(ConnInfo { remote, peer_chain });
+            let activity = deadlines::Activity::new();
+            let requests = activity.clone();
             let service = hyper::service::service_fn(move |req| {
                 let handler = handler.clone();
-                async move { Ok::<_, Infallible>(handler(req).await) }
+                let busy = requests.begin();
+                async move {
+                    let res = handler(req).await;
+                    Ok::<_, Infallible>(res.map(|body| deadlines::Guarded::new(body, busy)))
+                }
             });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%remote, error = %e, "connection ended with an error");
+            let io = deadlines::Watched::new(tls, activity.clone());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            tokio::pin!(conn);
+            // Asked to close (shutdown, or quiet past its deadline): from then on, a connection
+            // quiet for CLOSE_WAIT is cut even if the client never finishes the close.
+            let mut closing: Option<tokio::time::Instant> = None;
+            loop {
+                let (first, then) = match closing {
+                    None => (opening, idle),
+                    Some(_) => (CLOSE_WAIT, CLOSE_WAIT),
+                };
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(%remote, error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    () = draining.cancelled(), if closing.is_none() => {
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(tokio::time::Instant::now());
+                    }
+                    () = activity.quiet_for(first, then, closing) => {
+                        if closing.is_some() {
+                            tracing::debug!(%remote, "closing connection did not finish; cut");
+                            break;
+                        }
+                        tracing::debug!(%remote, "connection quiet past its deadline; closing");
+                        conn.as_mut().graceful_shutdown();
+                        closing = Some(tokio::time::Instant::now());
+                    }
+                }
             }
         };
         match &workers {
             Some(workers) => match tcp.into_std() {
-                Ok(std) => workers.hand_over(std, connection),
+                Ok(std) => workers.hand_over(std, move |tcp| cut::cuttable(connection(tcp))),
                 Err(e) => tracing::warn!(%remote, error = %e, "handing a connection to a worker"),
             },
             None => {
-                tokio::spawn(connection(tcp));
+                // A request may cut its HTTP/1.1 connection at its deadline ([`cut`]).
+                tokio::spawn(cut::cuttable(connection(tcp)));
             }
         }
     }
     drop(listener);
-    let drained = graceful.shutdown();
+    draining.cancel();
+    drop(open);
+    let drained = async move {
+        let _ = drained.recv().await;
+    };
     tokio::pin!(drained);
     tokio::select! {
         () = &mut drained => tracing::info!("all connections drained"),

@@ -1,0 +1,338 @@
+//! Deadlines of a connection's quiet states, and connections per client.
+//!
+//! A connection is *busy* while a request on it is being answered (from its head until its
+//! response body is done or dropped: an open watch keeps it busy) and *quiet* otherwise. A quiet
+//! connection has a deadline, counted from the moment it became quiet:
+//!
+//! - before it has started (no request yet; for HTTP/2 not yet the client preface and its
+//!   SETTINGS frame): the head deadline, as Go's `ReadHeaderTimeout` runs from the start of a
+//!   new connection, so nothing at all and part of a head end alike;
+//! - after that: the idle timeout, as Go's `IdleTimeout` (an HTTP/2 connection without open
+//!   streams, an HTTP/1.1 connection between requests).
+//!
+//! [`Activity`] tracks the state; [`Watched`] is the connection's I/O, which notices the HTTP/2
+//! preface; [`Activity::quiet_for`] resolves when the deadline passes.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// What a connection is doing, shared by its I/O, its requests and its watchdog.
+pub(crate) struct Activity {
+    /// When the connection was handed to HTTP (after the TLS handshake).
+    base: Instant,
+    /// Requests being answered.
+    busy: AtomicUsize,
+    /// Nanoseconds after `base` when the connection last became quiet.
+    quiet_since: AtomicU64,
+    /// A request has arrived, or (HTTP/2) the preface and SETTINGS.
+    started: AtomicBool,
+    /// Woken on every change the watchdog cares about.
+    changed: Notify,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            busy: AtomicUsize::new(0),
+            quiet_since: AtomicU64::new(0),
+            started: AtomicBool::new(false),
+            changed: Notify::new(),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A request has arrived; the connection is busy until the returned guard drops.
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
+        self.started.store(true, Ordering::Release);
+        if self.busy.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.changed.notify_one();
+        }
+        Busy(self.clone())
+    }
+
+    /// The HTTP/2 preface and the client's SETTINGS arrived: quiet from now on counts as idle.
+    fn start(&self) {
+        self.quiet_since.store(self.now(), Ordering::Release);
+        self.started.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+
+    /// Resolves once the connection has been quiet past its deadline: `opening` before it
+    /// started, `idle` after, counted from when it became quiet or from `from`, the later.
+    pub(crate) async fn quiet_for(&self, opening: Duration, idle: Duration, from: Option<Instant>) {
+        loop {
+            // Any change after this point wakes `changed` (its permit is kept for a later
+            // wait), so nothing is missed between reading the state and waiting.
+            if self.busy.load(Ordering::Acquire) > 0 {
+                self.changed.notified().await;
+                continue;
+            }
+            let limit = if self.started.load(Ordering::Acquire) {
+                idle
+            } else {
+                opening
+            };
+            let since = Duration::from_nanos(self.quiet_since.load(Ordering::Acquire));
+            let quiet = self.base + since;
+            let deadline = from.map_or(quiet, |from| quiet.max(from)) + limit;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                () = self.changed.notified() => {}
+            }
+        }
+    }
+}
+
+/// One request being answered; dropped when its response is done (or abandoned).
+pub(crate) struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let a = &self.0;
+        // Stamp the time first, so the watchdog that sees 0 reads a fresh one.
+        a.quiet_since.store(a.now(), Ordering::Release);
+        if a.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            a.changed.notify_one();
+        }
+    }
+}
+
+/// A response body that keeps its connection busy until it is done or dropped.
+pub(crate) struct Guarded<B> {
+    inner: B,
+    _busy: Busy,
+}
+
+impl<B> Guarded<B> {
+    pub(crate) fn new(inner: B, busy: Busy) -> Self {
+        Self { inner, _busy: busy }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The HTTP/2 client preface (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Preface, a frame header, and a SETTINGS payload of at most the default frame size.
+const SNIFF_MAX: usize = 24 + 9 + 16_384;
+
+/// A connection's I/O that notices when an HTTP/2 client has sent its preface and SETTINGS;
+/// after the first bytes it only passes reads and writes through.
+pub(crate) struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    /// The first bytes read, while they may still be an HTTP/2 preface.
+    sniff: Option<Vec<u8>>,
+}
+
+impl<T> Watched<T> {
+    pub(crate) fn new(inner: T, activity: Arc<Activity>) -> Self {
+        Self {
+            inner,
+            activity,
+            sniff: Some(Vec::new()),
+        }
+    }
+
+    fn sniff(&mut self, new: &[u8]) {
+        let Some(seen) = &mut self.sniff else { return };
+        let room = SNIFF_MAX - seen.len();
+        seen.extend_from_slice(&new[..new.len().min(room)]);
+        let n = seen.len().min(PREFACE.len());
+        if seen[..n] != PREFACE[..n] {
+            // HTTP/1.1: its first request head starts it.
+            self.sniff = None;
+            return;
+        }
+        if seen.len() < 33 {
+            return;
+        }
+        let len = usize::from(seen[24]) << 16 | usize::from(seen[25]) << 8 | usize::from(seen[26]);
+        if seen[27] != 0x4 || 33 + len > SNIFF_MAX {
+            // Not SETTINGS first: the HTTP/2 server ends the connection itself.
+            self.sniff = None;
+        } else if seen.len() >= 33 + len {
+            self.activity.start();
+            self.sniff = None;
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if this.sniff.is_some() && matches!(polled, Poll::Ready(Ok(()))) {
+            let new = buf.filled()[before..].to_vec();
+            if new.is_empty() {
+                this.sniff = None;
+            } else {
+                this.sniff(&new);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Open connections per client address (`--max-connections-per-client`); 0 is unlimited.
+#[derive(Debug, Default)]
+pub(crate) struct PerClient {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; released when dropped.
+pub(crate) struct Admitted {
+    counted: Option<(Arc<PerClient>, IpAddr)>,
+}
+
+impl PerClient {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            open: Mutex::default(),
+        })
+    }
+
+    /// Admits a connection from `client`, or None when it already has the most open.
+    pub(crate) fn admit(self: &Arc<Self>, client: IpAddr) -> Option<Admitted> {
+        if self.max == 0 {
+            return Some(Admitted { counted: None });
+        }
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(client).or_default();
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(Admitted {
+            counted: Some((self.clone(), client)),
+        })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some((per_client, client)) = self.counted.take() {
+            let mut open = per_client.open.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = open.get_mut(&client) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&client);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_per_client_count_and_release() {
+        let l = PerClient::new(1);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = l.admit(a).unwrap();
+        assert!(l.admit(a).is_none());
+        assert!(l.admit(b).is_some());
+        drop(first);
+        assert!(l.admit(a).is_some());
+        let unlimited = PerClient::new(0);
+        let all: Vec<_> = (0..100).filter_map(|_| unlimited.admit(a)).collect();
+        assert_eq!(all.len(), 100);
+    }
+
+    #[test]
+    fn the_preface_and_settings_start_an_http2_connection() {
+        let activity = Activity::new();
+        let mut io = Watched::new((), activity.clone());
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend_from_slice(&[0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100]);
+        for b in &bytes[..bytes.len() - 1] {
+            io.sniff(std::slice::from_ref(b));
+        }
+        assert!(
+            !activity.started.load(Ordering::Acquire),
+            "SETTINGS is incomplete"
+        );
+        io.sniff(&bytes[bytes.len() - 1..]);
+        assert!(activity.started.load(Ordering::Acquire));
+        assert!(io.sniff.is_none());
+
+        let activity = Activity::new();
+        let mut io = Watched::new((), activity.clone());
+        io.sniff(b"GET / HTTP/1.1\r\n");
+        assert!(io.sniff.is_none(), "HTTP/1.1 is not sniffed further");
+        assert!(!activity.started.load(Ordering::Acquire));
+    }
+}
