@@ -74,16 +74,9 @@ impl ConfiguredHeaders {
         names: impl IntoIterator<Item = &'a String>,
         prefixes: impl IntoIterator<Item = &'a String>,
     ) -> Self {
-        // An empty prefix would match every header; none is configured that way on purpose.
-        let normal = |list: Vec<&String>| -> Vec<String> {
-            list.into_iter()
-                .map(|h| h.trim().to_ascii_lowercase().replace('_', "-"))
-                .filter(|h| !h.is_empty())
-                .collect()
-        };
         Self {
-            names: normal(names.into_iter().collect()),
-            prefixes: normal(prefixes.into_iter().collect()),
+            names: normalised(names),
+            prefixes: normalised(prefixes),
         }
     }
 
@@ -92,6 +85,15 @@ impl ConfiguredHeaders {
     pub fn matches(&self, name: &str) -> bool {
         self.names.iter().any(|n| n == name) || self.prefixes.iter().any(|p| name.starts_with(p))
     }
+}
+
+/// Lowercase with `_` read as `-`, empty entries left out (an empty prefix would match every
+/// header; none is configured that way on purpose).
+fn normalised<'a>(list: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    list.into_iter()
+        .map(|h| h.trim().to_ascii_lowercase().replace('_', "-"))
+        .filter(|h| !h.is_empty())
+        .collect()
 }
 
 /// True for headers a client must never pass to a backend: credentials, impersonation and

@@ -20,8 +20,7 @@ use crate::registry::ApiService;
 use crate::request_kind::RequestKind;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
-use http::uri::PathAndQuery;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::CertificateDer;
@@ -380,9 +379,9 @@ impl Backend {
         let upgrade = kind == RequestKind::Upgrade;
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, incoming) = req.into_parts();
-        // The pool sets the target's form and `Host` or `:authority` for the connection the
-        // request leaves on; what goes from here is the path and query, byte for byte.
-        parts.uri = origin_form(&parts.uri);
+        // The target goes on as the client sent it (HTTP/2 reads as the absolute form): the
+        // pool keeps its path and query, byte for byte, and sets the form and `Host` or
+        // `:authority` for the connection the request leaves on (`Pool::shape`).
         remove_hop_by_hop(&mut parts.headers, upgrade);
         // The front door answered any `100-continue` when the body was first read; the
         // backend gets the body without being asked again, as nginx forwards.
@@ -613,16 +612,6 @@ impl http_body::Body for Tracked {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// The request's path and query alone: whatever form the client's target had (HTTP/2 gives
-/// the absolute form), the pool decides the form it leaves in.
-fn origin_form(uri: &Uri) -> Uri {
-    let path = uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    Uri::from(path)
 }
 
 /// Copies bytes both ways between an upgraded client and backend until either side closes,

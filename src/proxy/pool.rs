@@ -428,19 +428,23 @@ impl Pool {
                     continue;
                 }
             };
-            // The handle is dropped before the answer comes (see `answer_h1`); the connection
+            // Each handle is dropped before the answer comes (see `answer_h1`); the connection
             // ends with the response.
-            let answer = match connected {
+            return match connected {
                 Connected::H1(mut send) => {
                     self.shape(&mut req, Version::HTTP_11);
-                    send.send_request(req)
+                    let answer = send.send_request(req);
+                    drop(send);
+                    answer.await
                 }
                 Connected::H2(mut send) => {
                     self.shape(&mut req, Version::HTTP_2);
-                    return send.send_request(req).await.map_err(SendError::Exchange);
+                    let answer = send.send_request(req);
+                    drop(send);
+                    answer.await
                 }
-            };
-            return answer.await.map_err(SendError::Exchange);
+            }
+            .map_err(SendError::Exchange);
         }
         Err(SendError::Connect(last.unwrap_or_else(|| {
             ConnectError::Resolve(format!("lookup {}: no addresses", self.host))
