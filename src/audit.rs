@@ -83,7 +83,7 @@ impl Rule {
 impl Policy {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        crate::yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// The level for a request; `Metadata` when no rule matches or there is no policy.
@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn policy_picks_the_first_matching_rule() {
-        let p: Policy = serde_yaml_ng::from_str(
+        let p: Policy = crate::yaml::from_str(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  nonResourceURLs: [/healthz*, /apis]\n- level: None\n  users: [system:kube-aggregator]\n- level: Metadata\n  resources: [{group: wardle.example.com, resources: [flunders]}]\n",
         )
         .unwrap();

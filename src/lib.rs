@@ -33,6 +33,7 @@
 //! - [`sample`]: the sample addon API server (`wardle.example.com` flunders).
 //! - [`dev`]: the zero-setup `apigw dev` mode.
 //! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
+//! - [`yaml`]: YAML read and written one way (serde-saphyr, as kube-client uses).
 
 pub mod apiservices;
 pub mod audit;
@@ -59,6 +60,7 @@ pub mod request_kind;
 pub mod sample;
 pub mod server;
 pub mod tls;
+pub mod yaml;
 
 /// Resolves on Ctrl-C or SIGTERM: the signal to stop accepting and drain.
 pub async fn shutdown_signal() {

@@ -67,7 +67,7 @@ async fn kubectl_gets_applies_and_watches_against_the_test_server() {
     let (pki, api) = tokio::task::spawn_blocking(move || {
         let write = |priority: i64| {
             let doc =
-                serde_yaml_ng::to_string(&apiservice("wardle.example.com", "v1alpha1", priority))
+                apigw::yaml::to_string(&apiservice("wardle.example.com", "v1alpha1", priority))
                     .unwrap();
             std::fs::write(&manifest, doc).unwrap();
         };

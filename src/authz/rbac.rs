@@ -148,13 +148,12 @@ impl Policy {
     pub fn parse(text: &str, file: &str) -> Result<Self, String> {
         let mut policy = Policy::default();
         let mut objects = Vec::new();
-        for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-            let v =
-                Value::deserialize(doc).map_err(|e| format!("{file}: document {}: {e}", i + 1))?;
+        // Empty documents are skipped; "document N" counts the others.
+        let docs = crate::yaml::documents(text).map_err(|e| format!("{file}: {e}"))?;
+        for (i, v) in docs.into_iter().enumerate() {
             match v.get("kind").and_then(Value::as_str) {
                 Some("List") => objects.extend(v["items"].as_array().cloned().unwrap_or_default()),
                 Some(_) => objects.push(v),
-                None if v.is_null() => {}
                 None => return Err(format!("{file}: document {}: kind: missing", i + 1)),
             }
         }

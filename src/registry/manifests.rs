@@ -5,7 +5,6 @@
 
 use super::{ApiService, Registry, Snapshot};
 use notify::{RecursiveMode, Watcher};
-use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -219,25 +218,23 @@ fn documents(text: &str, json: bool) -> Result<Vec<Value>, String> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("invalid JSON: {e}"));
     }
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(doc).map_err(|e| {
-            // Name the value too: "number out of range" alone does not say which.
-            match e
-                .location()
-                .and_then(|l| scalar_at(text, l.line(), l.column()))
-            {
-                Some(v) => format!("invalid YAML: {e} (value {v})"),
-                None => format!("invalid YAML: {e}"),
-            }
-        })?;
-        match value {
-            Value::Null => {}
-            Value::Object(_) => out.push(value),
-            other => return Err(format!("a document must be an object, not {other}")),
+    // Empty documents are skipped.
+    let docs = crate::yaml::documents(text).map_err(|e| {
+        // Name the value too: a message alone may not say which.
+        match e
+            .location()
+            .and_then(|(line, column)| scalar_at(text, line, column))
+        {
+            Some(v) => format!("invalid YAML: {e} (value {v})"),
+            None => format!("invalid YAML: {e}"),
+        }
+    })?;
+    for value in &docs {
+        if !value.is_object() {
+            return Err(format!("a document must be an object, not {value}"));
         }
     }
-    Ok(out)
+    Ok(docs)
 }
 
 /// The plain scalar starting at `line` and `column` (1-based, in characters) of `text`, as
