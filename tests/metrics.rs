@@ -4,12 +4,19 @@
 //! an open watch, so that every metric family has samples. Scraped on the main port as an
 //! authorized user and on the plain-HTTP `--metrics-bind-address` listener. Anything promtool
 //! prints fails the test, warnings included.
+//!
+//! The request series carry kube-apiserver's labels (`verb` as `apiserver_request_total`
+//! reports it, `group`, `version`, `resource`, `subresource`, `scope`, `code`): a GET, a LIST,
+//! a WATCH, a namespaced create (`POST`, scope `resource`), a server-side apply and a forbidden
+//! LIST each make the exact label set expected; unauthenticated requests and requests for a
+//! group nothing serves make series without path-derived values, however odd their path.
 
 mod support;
 
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -17,15 +24,169 @@ use std::time::Duration;
 use support::{eventually, Echo, World};
 
 /// Every family the gateway registers (src/metrics.rs); each must be present with samples.
-const FAMILIES: [&str; 7] = [
+const FAMILIES: [&str; 14] = [
     "apigw_requests_total",
     "apigw_request_duration_seconds",
     "apigw_requests_in_flight",
     "apigw_backend_errors_total",
+    "apigw_backend_request_duration_seconds",
     "aggregator_unavailable_apiservice",
     "aggregator_unavailable_apiservice_total",
     "apigw_certificate_expiry_timestamp_seconds",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_start_time_seconds",
 ];
+
+/// A marker in every path of the requests whose path must not reach a label.
+const ODD: &str = "zq9odd";
+
+/// The samples of `family` in the exposition `text`: each sample's labels and value.
+fn samples(text: &str, family: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(family) else {
+            continue;
+        };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(inner) => {
+                let (labels, value) = inner.rsplit_once("} ").expect("a closing brace");
+                (parse_labels(labels), value)
+            }
+            None => match rest.strip_prefix(' ') {
+                Some(value) => (BTreeMap::new(), value),
+                None => continue,
+            },
+        };
+        out.push((labels, value.trim().parse().expect("a sample value")));
+    }
+    out
+}
+
+/// `a="x",b="y"` (with `\\`, `\"` and `\n` escapes) as a map.
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut chars = text.chars().peekable();
+    while chars.peek().is_some() {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        assert_eq!(chars.next(), Some('"'), "a quoted value in {text}");
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => panic!("a dangling escape in {text}"),
+                },
+                c => value.push(c),
+            }
+        }
+        labels.insert(name.trim_start_matches(',').to_string(), value);
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    labels
+}
+
+/// The label set `verb, group, version, resource, subresource, scope[, code]`.
+fn label_set(values: &[&str]) -> BTreeMap<String, String> {
+    [
+        "verb",
+        "group",
+        "version",
+        "resource",
+        "subresource",
+        "scope",
+        "code",
+    ]
+    .iter()
+    .zip(values)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Asserts the request metrics of `text`: the exact label sets the requests of the test make,
+/// with their latency, and no value taken from an odd path.
+fn assert_request_labels(text: &str) {
+    let requests = samples(text, "apigw_requests_total");
+    let a = "a.example.com";
+    let want: &[(&str, &[&str])] = &[
+        ("a GET", &["GET", a, "v1", "things", "", "resource", "200"]),
+        (
+            "a LIST",
+            &["LIST", a, "v1", "things", "", "namespace", "200"],
+        ),
+        (
+            "a WATCH",
+            &["WATCH", a, "v1", "things", "", "namespace", "200"],
+        ),
+        (
+            "a namespaced create",
+            &["POST", a, "v1", "things", "", "resource", "200"],
+        ),
+        (
+            "a server-side apply",
+            &["APPLY", a, "v1", "things", "status", "resource", "200"],
+        ),
+        (
+            "a cluster-wide DELETE of a collection",
+            &["DELETE", a, "v1", "things", "", "cluster", "200"],
+        ),
+        (
+            "a forbidden LIST",
+            &["LIST", a, "v1", "things", "", "namespace", "403"],
+        ),
+        (
+            "unauthenticated LISTs",
+            &["LIST", "", "", "", "", "", "401"],
+        ),
+        ("unauthenticated GETs", &["GET", "", "", "", "", "", "401"]),
+        (
+            "a LIST of a group nothing serves",
+            &["LIST", "", "", "", "", "", "404"],
+        ),
+    ];
+    for (what, values) in want {
+        let labels = label_set(values);
+        assert!(
+            requests.iter().any(|(l, v)| *l == labels && *v >= 1.0),
+            "{what}: no apigw_requests_total{labels:?} in:\n{}",
+            requests
+                .iter()
+                .map(|(l, v)| format!("{l:?} {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let latency = samples(text, "apigw_request_duration_seconds_count");
+    let get = label_set(&["GET", a, "v1", "things", "", "resource"]);
+    assert!(
+        latency.iter().any(|(l, v)| *l == get && *v >= 1.0),
+        "no latency of the GET {get:?}:\n{text}"
+    );
+    if let Some(line) = text.lines().find(|l| l.contains(ODD)) {
+        panic!("a label value taken from an odd path: {line}");
+    }
+    let backend = samples(text, "apigw_backend_request_duration_seconds_count");
+    let answered: BTreeMap<String, String> = [("apiservice", "v1.a.example.com"), ("code", "200")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert!(
+        backend.iter().any(|(l, v)| *l == answered && *v >= 5.0),
+        "no backend latency of v1.a.example.com answering 200 (at least 5 requests):\n{text}"
+    );
+    let open = samples(text, "process_open_fds");
+    assert!(
+        open.first().is_some_and(|(_, v)| *v > 0.0),
+        "process_open_fds is not positive:\n{text}"
+    );
+}
 
 const POLICY: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -200,6 +361,39 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
         .await
         .assert_status(403);
     anon.get(gw.addr, things).await.assert_status(401);
+    // Kube's verbs: a namespaced create, a server-side apply of a subresource, a DELETE of a
+    // cluster-wide collection.
+    let create = Request::post(things)
+        .header("content-type", "application/json")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    assert_eq!(alice.send(gw.addr, create).await.status, 200);
+    let apply = Request::patch(format!("{things}/t/status"))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
+    assert_eq!(alice.send(gw.addr, apply).await.status, 200);
+    let delete = Request::delete("/apis/a.example.com/v1/things")
+        .body(Bytes::new())
+        .unwrap();
+    assert_eq!(alice.send(gw.addr, delete).await.status, 200);
+    // Unauthenticated requests with odd paths, under a served group and elsewhere, and an
+    // authenticated one for a group nothing serves: none may name a label after its path.
+    for path in [
+        format!("/apis/a.example.com/v1/namespaces/{ODD}/{ODD}s"),
+        format!("/apis/a.example.com/{ODD}/namespaces/x/things/{ODD}/{ODD}"),
+        format!("/apis/{ODD}.example.com/v1/{ODD}"),
+        format!("/{ODD}/path"),
+    ] {
+        anon.get(gw.addr, &path).await.assert_status(401);
+    }
+    alice
+        .get(
+            gw.addr,
+            &format!("/apis/{ODD}.example.com/v1/namespaces/x/{ODD}s"),
+        )
+        .await
+        .assert_status(404);
     let bad_token = Request::get(things)
         .header("authorization", "Bearer not-a-token")
         .body(Bytes::new())
@@ -270,6 +464,7 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
         );
     }
     assert_every_family_has_samples(&main, "the main port");
+    assert_request_labels(&main);
 
     // The plain-HTTP metrics listener.
     let (status, plain) = scrape_plain(metrics_addr).await;
@@ -284,4 +479,46 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
     if let Err(e) = checks.await {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+/// With anonymous authentication on, anyone is `system:anonymous`: a request the gateway
+/// refuses for that user is counted as an unauthenticated one, without labels from its path.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_anonymous_requests_name_no_labels_after_their_path() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
+    let mut cfg = w.config(&[(&echo, echo.addr)]);
+    cfg.anonymous = true;
+    cfg.authorization = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authorization_policy_file = Some(w.pki.path("policy.yaml"));
+    let gw = w.gateway(cfg).await;
+    let anon = w.client(None);
+    for path in [
+        format!("/apis/a.example.com/v1/namespaces/{ODD}/{ODD}s"),
+        format!("/apis/a.example.com/v1/{ODD}s/{ODD}/{ODD}"),
+    ] {
+        anon.get(gw.addr, &path).await.assert_status(403);
+    }
+    let alice = w.client(Some("alice"));
+    let text = String::from_utf8(alice.get(gw.addr, "/metrics").await.body.to_vec()).unwrap();
+    if let Some(line) = text.lines().find(|l| l.contains(ODD)) {
+        panic!("a label value taken from an anonymous request's path: {line}");
+    }
+    let requests = samples(&text, "apigw_requests_total");
+    let labels = label_set(&["LIST", "", "", "", "", "", "403"]);
+    assert!(
+        requests.iter().any(|(l, v)| *l == labels && *v >= 1.0),
+        "no anonymous 403 counted without path labels:\n{text}"
+    );
 }

@@ -216,7 +216,7 @@ async fn health_is_verbose_and_metrics_count_requests() {
         200
     );
     let metrics = String::from_utf8(c.get(gw.addr, "/metrics").await.body.to_vec()).unwrap();
-    assert!(metrics.contains("apigw_requests_total{code=\"200\",group=\"a.example.com\",resource=\"things\",verb=\"list\",version=\"v1\"} 1"), "{metrics}");
+    assert!(metrics.contains("apigw_requests_total{code=\"200\",group=\"a.example.com\",resource=\"things\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"), "{metrics}");
     assert!(
         metrics.contains("aggregator_unavailable_apiservice{name=\"v1.a.example.com\"} 0"),
         "{metrics}"

