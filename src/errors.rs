@@ -11,6 +11,8 @@ pub struct Status {
     code: StatusCode,
     reason: &'static str,
     message: String,
+    /// `details` (kind, name, causes), when the failure has any.
+    details: Option<serde_json::Value>,
 }
 
 impl Status {
@@ -19,7 +21,14 @@ impl Status {
             code,
             reason,
             message: message.into(),
+            details: None,
         }
+    }
+
+    /// The same failure with `details` (a StatusDetails object: group, kind, name, causes).
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -88,7 +97,7 @@ impl Status {
 
     /// The JSON document kube-apiserver would send for this failure.
     pub fn to_json(&self) -> serde_json::Value {
-        json!({
+        let mut doc = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -96,7 +105,11 @@ impl Status {
             "message": self.message,
             "reason": self.reason,
             "code": self.code.as_u16(),
-        })
+        });
+        if let Some(details) = &self.details {
+            doc["details"] = details.clone();
+        }
+        doc
     }
 
     pub fn into_response(self) -> Response<Body> {

@@ -7,7 +7,8 @@
 //! with the resources the delegate's aggregated discovery lists (or its APIResourceList when it
 //! serves only legacy discovery). A registered APIService for the same group version wins.
 //!
-//! `/api` is the delegate's: its APIVersions, and its aggregated core group. Everything is
+//! `/api` is the delegate's: its APIVersions, and its aggregated core group; so is `/version`
+//! (the gateway's own while the delegate's last answer failed). Everything is
 //! fetched at start and every interval as the gateway (`system:kube-aggregator`), with
 //! `If-None-Match`; while the delegate cannot be reached the last answer stays, `Stale`.
 
@@ -17,7 +18,8 @@ use super::{Builtin, Doc, JSON};
 use crate::availability::{Condition, State};
 use crate::proxy::{Backend, FetchError};
 use crate::registry::ApiService;
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -94,6 +96,9 @@ pub struct Known {
 #[derive(Debug)]
 pub struct DelegateDiscovery {
     current: ArcSwap<Known>,
+    /// The delegate's `/version` as it last answered; None until it did, and after a refresh
+    /// in which it did not (the gateway then serves its own).
+    version: ArcSwapOption<Bytes>,
     changed: watch::Sender<u64>,
     fetcher: Fetcher,
 }
@@ -102,6 +107,7 @@ impl Default for DelegateDiscovery {
     fn default() -> Self {
         Self {
             current: ArcSwap::default(),
+            version: ArcSwapOption::empty(),
             changed: watch::channel(0).0,
             fetcher: Fetcher::default(),
         }
@@ -122,6 +128,11 @@ const KEY: &str = "delegate";
 impl DelegateDiscovery {
     pub fn current(&self) -> Arc<Known> {
         self.current.load_full()
+    }
+
+    /// The delegate's `/version` body, when its last refresh got one.
+    pub fn version(&self) -> Option<Bytes> {
+        self.version.load_full().map(|b| (*b).clone())
     }
 
     /// Wakes on every change; the value is the generation.
@@ -149,6 +160,22 @@ impl DelegateDiscovery {
                 .get(KEY, backend, &path, accept, cycle, timeout)
                 .await
         };
+        let version = match ask("/version".into(), JSON).await.as_deref() {
+            Ok(Answer::Legacy(doc)) if crate::gateway::is_version_info(doc) => {
+                Some(Arc::new(Bytes::from(doc.to_string())))
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    "the delegate's /version is not a version.Info; serving the gateway's own"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the delegate's /version not fetched; serving the gateway's own");
+                None
+            }
+        };
+        self.version.store(version);
         let groups = match self.groups(backend, &old, cycle, timeout).await {
             Ok(groups) => Some(groups),
             Err(e) => {

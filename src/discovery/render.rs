@@ -65,6 +65,26 @@ fn apiregistration() -> &'static (String, String) {
     })
 }
 
+/// `/api`'s APIVersions: the core group's `v1`, reached at `server_address` from anywhere, as
+/// kube-apiserver lists its external address.
+pub fn api_versions(server_address: &str) -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"],
+           "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]})
+}
+
+/// `/api/v1` without a delegate: the core group version with no resources. Clients that
+/// assume the core group (the Python `DynamicClient`, client-go's legacy discovery) find it and
+/// go on to the groups under `/apis`.
+pub fn core_v1() -> &'static Doc {
+    static DOC: OnceLock<Doc> = OnceLock::new();
+    DOC.get_or_init(|| {
+        Doc::new(
+            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": []}),
+            JSON,
+        )
+    })
+}
+
 /// Joins `parts` with commas between `head` and `tail`.
 fn splice<'a>(head: &str, parts: impl Iterator<Item = &'a str> + Clone, tail: &str) -> String {
     let len: usize = parts.clone().map(|p| p.len() + 1).sum();
@@ -110,12 +130,15 @@ impl RenderCache {
         }
     }
 
+    /// `/api` without a delegate: the core group's `v1`, with no resources (see
+    /// [`core_v1`]); the legacy form's server address is the one of [`api_versions`] with
+    /// none known.
     fn api(&self) -> &Arc<[Doc; 3]> {
         self.api.get_or_init(|| {
-            let api = json!({"kind": "APIVersions", "versions": [],
-                         "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]});
-            let [v2, v2beta1] = super::aggregated_docs(&[]);
-            Arc::new([Doc::new(&api, JSON), v2, v2beta1])
+            let core = json!({"version": "v1", "freshness": "Current", "resources": []});
+            let group = aggregated::group_json("", &[Arc::from(core.to_string())]);
+            let [v2, v2beta1] = super::aggregated_docs(&[&group]);
+            Arc::new([Doc::new(&api_versions(""), JSON), v2, v2beta1])
         })
     }
 

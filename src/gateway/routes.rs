@@ -1,7 +1,8 @@
 //! Where an authenticated request goes: discovery and the `apiregistration.k8s.io` API are
 //! answered from the registry; `/apis/<group>/<version>/...` goes to the APIService's backend
 //! (503 at once while it is unavailable); `/metrics` to the metrics; anything else to the
-//! delegate, or 404.
+//! delegate, or 404. Without a delegate, `/api` lists the core group's `v1` and `/api/v1` is
+//! its empty APIResourceList, so clients that assume the core group go on to `/apis`.
 
 use super::{reviews, Gateway};
 use crate::apiservices::{self, GROUP};
@@ -34,7 +35,17 @@ impl Gateway {
         };
         match segments.as_slice() {
             ["api"] | ["api", ""] if self.proxy.delegate().is_none() => {
-                return discovery::serve(&req, &docs().api[..])
+                // The legacy form names the address this client reached the gateway at.
+                let mut forms = (*docs().api).clone();
+                let address = server_address(inbound.host.as_ref());
+                forms[0] = discovery::Doc::new(
+                    &discovery::render::api_versions(&address),
+                    discovery::JSON,
+                );
+                return discovery::serve(&req, &forms);
+            }
+            ["api", "v1"] | ["api", "v1", ""] if self.proxy.delegate().is_none() => {
+                return discovery::serve(&req, std::slice::from_ref(discovery::render::core_v1()));
             }
             ["api"] | ["api", ""] => {
                 // The delegate's APIVersions as last fetched; until then, the delegate itself.
@@ -125,6 +136,23 @@ impl Gateway {
             None => Status::not_found("the server could not find the requested resource")
                 .into_response(),
         }
+    }
+}
+
+/// The `serverAddress` of `/api`: the request's host with its port (443 when it names none, the
+/// port of `https` URLs without one); empty without a host.
+fn server_address(host: Option<&http::HeaderValue>) -> String {
+    let Some(host) = host.and_then(|h| h.to_str().ok()) else {
+        return String::new();
+    };
+    let has_port = match host.rfind(']') {
+        Some(end) => host[end..].contains(':'),
+        None => host.contains(':'),
+    };
+    if has_port {
+        host.to_string()
+    } else {
+        format!("{host}:443")
     }
 }
 

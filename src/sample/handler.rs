@@ -1,13 +1,15 @@
 //! The sample server's REST surface: discovery (`/apis`, `/apis/wardle.example.com`,
 //! `/apis/wardle.example.com/v1alpha1`, aggregated discovery v2), OpenAPI (`/openapi/*`), and
 //! the flunder verbs mapped onto the [`Store`](super::store::Store), with JSON or Table
-//! responses, field validation, streaming watches and the `exec` subresource.
+//! responses, field validation, dry runs, managedFields and server-side apply
+//! ([`managed`](super::managed)), streaming watches and the `exec` subresource.
 
 use super::fields::{add_warnings, FieldValidation};
 use super::openapi::{self, Which};
+use super::options::{Verb, WriteOptions};
 use super::store::{API_VERSION, GROUP, KIND, RESOURCE, VERSION};
 use super::table::{accepts, table, wants_table};
-use super::{exec, merge_patch, watch, App, User};
+use super::{exec, managed, merge_patch, watch, App, User};
 use crate::body::Body;
 use crate::errors::{json_response, Status};
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
@@ -84,8 +86,8 @@ pub(super) async fn route(
         Route::Apis if read_only => Ok(apis(req.headers())),
         Route::Group if read_only => Ok(json_response(&api_group())),
         Route::Version if read_only => Ok(json_response(&resource_list())),
-        Route::Collection { ns } => collection(app, ns, &query, req).await,
-        Route::Item { ns, name } => item(app, &ns, &name, &query, req).await,
+        Route::Collection { ns } => collection(app, ns, &query, &pairs, req).await,
+        Route::Item { ns, name } => item(app, &ns, &name, &query, &pairs, req).await,
         Route::Exec { ns, name } if method == Method::GET || method == Method::POST => {
             exec::exec(app, user, &ns, &name, &pairs, req)
         }
@@ -97,6 +99,7 @@ async fn collection(
     app: &App,
     ns: Option<String>,
     query: &HashMap<String, String>,
+    pairs: &[(String, String)],
     req: Request<Incoming>,
 ) -> Result<Response<Body>> {
     let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
@@ -115,10 +118,14 @@ async fn collection(
             })))
         }
         (Method::POST, Some(ns)) => {
+            let opts = WriteOptions::parse(Verb::Create, pairs, &[])?;
             let validation = FieldValidation::from_query(query)?;
+            let manager = manager_of(&opts, req.headers());
             let mut obj = read_object(req).await?;
             let warnings = validation.check(&mut obj)?;
-            let made = app.store.create(&ns, obj)?;
+            let managed = managed::track_update(None, &obj, &manager, &now());
+            set_managed_fields(&mut obj, managed);
+            let made = app.store.create(&ns, obj, opts.dry_run)?;
             let mut res = with_status(json_response(&made), StatusCode::CREATED);
             add_warnings(res.headers_mut(), warnings);
             Ok(res)
@@ -132,6 +139,7 @@ async fn item(
     ns: &str,
     name: &str,
     query: &HashMap<String, String>,
+    pairs: &[(String, String)],
     req: Request<Incoming>,
 ) -> Result<Response<Body>> {
     let method = req.method().clone();
@@ -140,23 +148,48 @@ async fn item(
     let obj = match method {
         Method::GET => app.store.get(ns, name)?,
         Method::PUT => {
+            let opts = WriteOptions::parse(Verb::Update, pairs, &[])?;
             let validation = FieldValidation::from_query(query)?;
+            let manager = manager_of(&opts, req.headers());
             let mut body = read_object(req).await?;
             warnings = validation.check(&mut body)?;
-            app.store.update(ns, name, |_| Ok(body))?
+            app.store.update(ns, name, opts.dry_run, |current| {
+                let managed = managed::track_update(Some(current), &body, &manager, &now());
+                set_managed_fields(&mut body, managed);
+                Ok(body)
+            })?
+        }
+        Method::PATCH if is_apply(req.headers()) => {
+            let opts = WriteOptions::parse(Verb::Patch(true), pairs, &[])?;
+            let validation = FieldValidation::from_query(query)?;
+            let (_, mut config) = read_body(req).await?;
+            warnings = validation.check(&mut config)?;
+            let (obj, created) = server_side_apply(app, ns, name, &config, &opts)?;
+            let mut res = json_response(&obj);
+            if created {
+                *res.status_mut() = StatusCode::CREATED;
+            }
+            add_warnings(res.headers_mut(), warnings);
+            return Ok(res);
         }
         Method::PATCH => {
+            let opts = WriteOptions::parse(Verb::Patch(false), pairs, &[])?;
             let validation = FieldValidation::from_query(query)?;
+            let manager = manager_of(&opts, req.headers());
             let mut patch = read_patch(req).await?;
             warnings = validation.check(&mut patch)?;
-            app.store.update(ns, name, |current| {
+            app.store.update(ns, name, opts.dry_run, |current| {
                 let mut next = current.clone();
                 merge_patch(&mut next, &patch);
+                let managed = managed::track_update(Some(current), &next, &manager, &now());
+                set_managed_fields(&mut next, managed);
                 Ok(next)
             })?
         }
         Method::DELETE => {
-            let gone = app.store.delete(ns, name)?;
+            let body_dry_run = read_delete_options(req).await?;
+            let opts = WriteOptions::parse(Verb::Delete, pairs, &body_dry_run)?;
+            let gone = app.store.delete(ns, name, opts.dry_run)?;
             return Ok(json_response(&deleted_status(name, &gone)));
         }
         method => return Err(not_allowed(&method)),
@@ -185,7 +218,7 @@ async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
         .to_bytes();
     let content_type = content_type(&parts.headers);
     let value = if content_type.contains("yaml") {
-        serde_yaml_ng::from_slice(&bytes)
+        crate::yaml::value_from_slice(&bytes)
             .map_err(|e| Status::bad_request(format!("invalid YAML body: {e}")))?
     } else {
         serde_json::from_slice(&bytes)
@@ -204,6 +237,123 @@ async fn read_object(req: Request<Incoming>) -> Result<Value> {
     Ok(value)
 }
 
+/// Server-side apply of `config` as the request's field manager: an update of the object when
+/// it exists, else its creation (`true`). Either is a dry run when asked.
+fn server_side_apply(
+    app: &App,
+    ns: &str,
+    name: &str,
+    config: &Value,
+    opts: &WriteOptions,
+) -> Result<(Value, bool)> {
+    if !config.is_object() {
+        return Err(Status::bad_request(format!(
+            "the body is not a {KIND} object"
+        )));
+    }
+    match config.get("metadata") {
+        None | Some(Value::Object(_)) => {}
+        Some(_) => return Err(Status::bad_request("metadata must be an object")),
+    }
+    if let Some(stated) = config.pointer("/metadata/name").and_then(Value::as_str) {
+        if stated != name {
+            return Err(Status::bad_request(format!(
+                "the name of the object ({stated}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    let manager = opts.field_manager.as_str();
+    // Created when absent; should another request create it first, applied to that one.
+    for _ in 0..2 {
+        match app.store.update(ns, name, opts.dry_run, |current| {
+            managed::apply(Some(current), config, manager, opts.force, &now())
+        }) {
+            Ok(obj) => return Ok((obj, false)),
+            Err(e) if e.code() == StatusCode::NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+        let mut obj = managed::apply(None, config, manager, opts.force, &now())?;
+        if let Value::Object(map) = &mut obj {
+            if let Value::Object(meta) = map.entry("metadata").or_insert_with(|| json!({})) {
+                meta.insert("name".into(), json!(name));
+            }
+        }
+        match app.store.create(ns, obj, opts.dry_run) {
+            Ok(obj) => return Ok((obj, true)),
+            Err(e)
+                if e.code() == StatusCode::CONFLICT && e.to_json()["reason"] == "AlreadyExists" => {
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Status::conflict(format!(
+        "Operation cannot be fulfilled on {RESOURCE}.{GROUP} \"{name}\": the object changed \
+         while it was applied; please try again"
+    )))
+}
+
+/// The `dryRun` of a DeleteOptions body, when the request has one.
+async fn read_delete_options(req: Request<Incoming>) -> Result<Vec<String>> {
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            Status::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("reading the request body: {e}"),
+            )
+        })?
+        .to_bytes();
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Vec::new());
+    }
+    let options: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Status::bad_request(format!("invalid DeleteOptions body: {e}")))?;
+    match options.get("dryRun") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(values)) => values
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    Status::bad_request("DeleteOptions.dryRun must be a list of strings")
+                })
+            })
+            .collect(),
+        Some(_) => Err(Status::bad_request(
+            "DeleteOptions.dryRun must be a list of strings",
+        )),
+    }
+}
+
+/// Who a write that is not an apply is recorded as.
+fn manager_of(opts: &WriteOptions, headers: &HeaderMap) -> String {
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    managed::manager_or_user_agent(&opts.field_manager, user_agent)
+}
+
+/// Sets `metadata.managedFields` (an object's metadata is checked to be a map before this).
+fn set_managed_fields(obj: &mut Value, managed: Value) {
+    if let Value::Object(map) = obj {
+        if let Value::Object(meta) = map.entry("metadata").or_insert_with(|| json!({})) {
+            meta.insert("managedFields".into(), managed);
+        }
+    }
+}
+
+fn now() -> String {
+    crate::meta::timestamp(std::time::SystemTime::now())
+}
+
+/// True for a server-side apply patch.
+fn is_apply(headers: &HeaderMap) -> bool {
+    content_type(headers) == APPLY_PATCH
+}
+
+const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
 /// A merge patch (or a strategic merge patch, applied as a merge patch).
 async fn read_patch(req: Request<Incoming>) -> Result<Value> {
     let content_type = content_type(req.headers());
@@ -213,7 +363,8 @@ async fn read_patch(req: Request<Incoming>) -> Result<Value> {
     ) {
         return Err(Status::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: \
-             application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+             application/merge-patch+json, application/strategic-merge-patch+json, \
+             {APPLY_PATCH} (got {content_type:?})"
         )));
     }
     let (_, patch) = read_body(req).await?;

@@ -3,20 +3,26 @@
 //! server does (the front proxy's client certificate, then `X-Remote-User` / `X-Remote-Group`),
 //! serves discovery and OpenAPI, and keeps flunders in memory with
 //! create/get/list/update/patch/delete/watch, server-side Table output for kubectl, and an `exec`
-//! subresource over WebSocket.
+//! subresource over WebSocket. Writes honour `dryRun=All` (checked and answered, nothing stored,
+//! no resourceVersion or watch event), record `metadata.managedFields`, and `PATCH` takes
+//! server-side apply (`application/apply-patch+yaml`) with conflicts and `force`.
 //!
 //! This file owns configuration, the TLS listener, authentication, shutdown and the counters
 //! tests observe ([`SampleStats`]); [`handler`] the REST surface, [`watch`] watch streams,
 //! [`exec`] the exec subresource, [`bench`] the endpoints of `apigw bench` (with [`bench_list`]
 //! its streamed big list), [`openapi`] the OpenAPI documents, [`fields`] field
-//! validation, [`store`] the objects, [`table`] content negotiation and Tables.
+//! validation, [`options`] the options of writes (dry run, field manager, force),
+//! [`managed`] field ownership and server-side apply, [`store`] the objects, [`table`] content
+//! negotiation and Tables.
 
 mod bench;
 mod bench_list;
 mod exec;
 mod fields;
 mod handler;
+mod managed;
 mod openapi;
+mod options;
 mod patch;
 pub mod store;
 mod table;

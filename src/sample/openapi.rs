@@ -305,6 +305,7 @@ const WRITE_QUERY: &[&str] = &["dryRun", "fieldManager", "fieldValidation"];
 const PATCH_QUERY: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "force"];
 const JSON_BODY: &[&str] = &["*/*"];
 const PATCH_BODY: &[&str] = &[
+    "application/apply-patch+yaml",
     "application/merge-patch+json",
     "application/strategic-merge-patch+json",
 ];
@@ -581,6 +582,14 @@ mod tests {
             .map(|ps| ps.iter().filter_map(|p| p["name"].as_str()).collect())
             .unwrap_or_default();
         assert!(names.contains(&"fieldValidation"), "{names:?}");
+        // kubectl apply --server-side sends what the PATCH operation says it consumes.
+        assert!(patch["requestBody"]["content"]
+            .get("application/apply-patch+yaml")
+            .is_some());
+        let v2 = v2_document();
+        assert!(v2["paths"][NS_ITEM]["patch"]["consumes"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|t| t == "application/apply-patch+yaml")));
         let post = &doc["paths"][NS_COLLECTION]["post"];
         assert_eq!(post["x-kubernetes-action"], "post");
         assert!(post["requestBody"]["content"]["*/*"]["schema"]["$ref"]

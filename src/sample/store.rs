@@ -74,8 +74,10 @@ impl Store {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Stores a new object in `ns`; `obj` must already carry a name or a generateName.
-    pub fn create(&self, ns: &str, mut obj: Value) -> Result<Value, Status> {
+    /// Stores a new object in `ns`; `obj` must already carry a name or a generateName. A dry
+    /// run checks everything and answers the object as it would be stored (without a
+    /// resourceVersion, as kube-apiserver's), storing nothing.
+    pub fn create(&self, ns: &str, mut obj: Value, dry_run: bool) -> Result<Value, Status> {
         check_object(ns, &obj)?;
         let mut inner = self.lock();
         let name = match meta_str(&obj, "name") {
@@ -87,7 +89,6 @@ impl Store {
         if inner.items.contains_key(&key) {
             return Err(already_exists(&name));
         }
-        inner.rv += 1;
         let meta = metadata_mut(&mut obj);
         meta.insert("name".into(), json!(name));
         meta.insert("namespace".into(), json!(ns));
@@ -96,9 +97,15 @@ impl Store {
             "creationTimestamp".into(),
             json!(crate::meta::timestamp(std::time::SystemTime::now())),
         );
-        meta.insert("resourceVersion".into(), json!(inner.rv.to_string()));
+        meta.remove("resourceVersion");
         meta.insert("generation".into(), json!(1));
+        drop_empty_metadata(meta);
         set_type(&mut obj);
+        if dry_run {
+            return Ok(obj);
+        }
+        inner.rv += 1;
+        metadata_mut(&mut obj).insert("resourceVersion".into(), json!(inner.rv.to_string()));
         inner.items.insert(key, obj.clone());
         self.record(&mut inner, "ADDED", ns, &obj);
         Ok(obj)
@@ -127,11 +134,14 @@ impl Store {
     }
 
     /// Replaces an object with what `change` makes of the current one. A resourceVersion in the
-    /// result that is not the current one is a conflict; server-set metadata is kept.
+    /// result that is not the current one is a conflict; server-set metadata is kept. A dry run
+    /// checks everything and answers the object as it would be stored, with the current
+    /// resourceVersion, storing nothing.
     pub fn update(
         &self,
         ns: &str,
         name: &str,
+        dry_run: bool,
         change: impl FnOnce(&Value) -> Result<Value, Status>,
     ) -> Result<Value, Status> {
         let mut inner = self.lock();
@@ -146,9 +156,8 @@ impl Store {
             .cloned()
             .unwrap_or_else(|| json!({}));
         let generation = meta["generation"].as_i64().unwrap_or(1) + i64::from(spec_changed);
-        inner.rv += 1;
         let user_meta = metadata_mut(&mut obj);
-        for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+        for field in USER_METADATA {
             match user_meta.remove(field) {
                 Some(value) => meta[field] = value,
                 None => {
@@ -157,18 +166,34 @@ impl Store {
             }
         }
         meta["generation"] = json!(generation);
-        meta["resourceVersion"] = json!(inner.rv.to_string());
+        if let Value::Object(map) = &mut meta {
+            drop_empty_metadata(map);
+        }
         obj["metadata"] = meta;
         set_type(&mut obj);
+        // Nothing changed: nothing is written, as kube-apiserver skips a no-op update (a
+        // repeated apply makes no new resourceVersion and no watch event).
+        if dry_run || obj == *current {
+            return Ok(obj);
+        }
+        inner.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
         inner.items.insert(key, obj.clone());
         self.record(&mut inner, "MODIFIED", ns, &obj);
         Ok(obj)
     }
 
-    /// Removes an object and returns it as it was last stored.
-    pub fn delete(&self, ns: &str, name: &str) -> Result<Value, Status> {
+    /// Removes an object and returns it as it was last stored; a dry run only finds it.
+    pub fn delete(&self, ns: &str, name: &str, dry_run: bool) -> Result<Value, Status> {
         let mut inner = self.lock();
         let key = (ns.to_string(), name.to_string());
+        if dry_run {
+            return inner
+                .items
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| not_found(name));
+        }
         let mut obj = inner.items.remove(&key).ok_or_else(|| not_found(name))?;
         inner.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
@@ -341,6 +366,31 @@ fn generated_name(inner: &Inner, ns: &str, obj: &Value) -> Result<String, Status
     ))
 }
 
+/// The metadata fields a client sets; the server keeps the others.
+const USER_METADATA: [&str; 5] = [
+    "labels",
+    "annotations",
+    "finalizers",
+    "ownerReferences",
+    "managedFields",
+];
+
+/// Empty label and annotation maps and empty lists are left out, as a typed ObjectMeta
+/// (`omitempty`) leaves them out: a patch that removes the last label leaves no `labels: {}`.
+fn drop_empty_metadata(meta: &mut Map<String, Value>) {
+    for field in USER_METADATA {
+        let empty = match meta.get(field) {
+            Some(Value::Object(m)) => m.is_empty(),
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Null) => true,
+            _ => false,
+        };
+        if empty {
+            meta.remove(field);
+        }
+    }
+}
+
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
@@ -408,7 +458,7 @@ mod tests {
     #[test]
     fn create_get_list_delete() {
         let store = Store::new();
-        let made = store.create("ns1", flunder("one")).expect("create");
+        let made = store.create("ns1", flunder("one"), false).expect("create");
         assert_eq!(made["metadata"]["namespace"], "ns1");
         assert_eq!(made["metadata"]["resourceVersion"], "1");
         assert_eq!(made["metadata"]["uid"].as_str().map(str::len), Some(36));
@@ -416,16 +466,18 @@ mod tests {
             made["metadata"]["creationTimestamp"].as_str().unwrap_or("")
         )
         .is_some());
-        let dup = store.create("ns1", flunder("one")).expect_err("duplicate");
+        let dup = store
+            .create("ns1", flunder("one"), false)
+            .expect_err("duplicate");
         assert_eq!(dup.code(), StatusCode::CONFLICT);
         store
-            .create("ns2", flunder("one"))
+            .create("ns2", flunder("one"), false)
             .expect("other namespace");
         assert_eq!(store.list(Some("ns1")).0.len(), 1);
         let (all, rv) = store.list(None);
         assert_eq!((all.len(), rv), (2, 2));
         assert_eq!(store.get("ns1", "one").expect("get"), made);
-        store.delete("ns1", "one").expect("delete");
+        store.delete("ns1", "one", false).expect("delete");
         let gone = store.get("ns1", "one").expect_err("gone");
         assert_eq!(
             gone.message(),
@@ -437,7 +489,7 @@ mod tests {
     fn generate_name_and_validation() {
         let store = Store::new();
         let made = store
-            .create("ns", json!({"metadata": {"generateName": "fl-"}}))
+            .create("ns", json!({"metadata": {"generateName": "fl-"}}), false)
             .expect("generateName");
         let name = made["metadata"]["name"].as_str().unwrap_or("");
         assert!(name.starts_with("fl-") && name.len() == 8, "{name}");
@@ -448,12 +500,12 @@ mod tests {
             json!({"metadata": {"name": "a", "namespace": "other"}}),
         ] {
             assert_eq!(
-                store.create("ns", bad).expect_err("bad").code(),
+                store.create("ns", bad, false).expect_err("bad").code(),
                 StatusCode::BAD_REQUEST
             );
         }
         let invalid = store
-            .create("ns", flunder("Not_Valid"))
+            .create("ns", flunder("Not_Valid"), false)
             .expect_err("invalid");
         assert_eq!(invalid.code(), StatusCode::UNPROCESSABLE_ENTITY);
     }
@@ -461,28 +513,35 @@ mod tests {
     #[test]
     fn update_checks_resource_version_and_keeps_server_fields() {
         let store = Store::new();
-        let made = store.create("ns", flunder("a")).expect("create");
+        let made = store.create("ns", flunder("a"), false).expect("create");
         let mut next = made.clone();
         next["spec"]["reference"] = json!("b");
         next["metadata"]["uid"] = Value::Null;
         next["metadata"]["labels"] = json!({"x": "y"});
         let updated = store
-            .update("ns", "a", |_| Ok(next.clone()))
+            .update("ns", "a", false, |_| Ok(next.clone()))
             .expect("update");
         assert_eq!(updated["metadata"]["uid"], made["metadata"]["uid"]);
         assert_eq!(updated["metadata"]["generation"], 2);
         assert_eq!(updated["metadata"]["labels"]["x"], "y");
         assert_eq!(updated["metadata"]["resourceVersion"], "2");
+        let same = store
+            .update("ns", "a", false, |cur| Ok(cur.clone()))
+            .expect("no-op");
+        assert_eq!(
+            same["metadata"]["resourceVersion"], "2",
+            "a no-op writes nothing"
+        );
         let stale = store
-            .update("ns", "a", |_| Ok(next.clone()))
+            .update("ns", "a", false, |_| Ok(next.clone()))
             .expect_err("stale");
         assert_eq!(stale.code(), StatusCode::CONFLICT);
         let missing = store
-            .update("ns", "b", |_| Ok(flunder("b")))
+            .update("ns", "b", false, |_| Ok(flunder("b")))
             .expect_err("missing");
         assert_eq!(missing.code(), StatusCode::NOT_FOUND);
         let renamed = store
-            .update("ns", "a", |_| Ok(flunder("c")))
+            .update("ns", "a", false, |_| Ok(flunder("c")))
             .expect_err("rename");
         assert_eq!(renamed.code(), StatusCode::BAD_REQUEST);
     }
@@ -490,19 +549,54 @@ mod tests {
     #[test]
     fn watch_replays_history_or_current_state() {
         let store = Store::new();
-        store.create("ns", flunder("a")).expect("create");
-        store.create("other", flunder("b")).expect("create");
+        store.create("ns", flunder("a"), false).expect("create");
+        store.create("other", flunder("b"), false).expect("create");
         let start = store.watch(Some("ns"), None).expect("watch");
         assert_eq!((start.initial.len(), start.rv), (1, 2));
-        store.delete("ns", "a").expect("delete");
+        store.delete("ns", "a", false).expect("delete");
         let mut since = store.watch(Some("ns"), Some(2)).expect("watch");
         assert_eq!(
             since.initial.iter().map(|e| e.kind).collect::<Vec<_>>(),
             ["DELETED"]
         );
         assert_eq!(since.rv, 3);
-        store.create("ns", flunder("c")).expect("create");
+        store.create("ns", flunder("c"), false).expect("create");
         assert_eq!(since.rx.try_recv().expect("event").kind, "ADDED");
+    }
+
+    #[test]
+    fn dry_runs_change_nothing() {
+        let store = Store::new();
+        let mut watch = store.watch(None, None).expect("watch");
+        let would = store.create("ns", flunder("a"), true).expect("dry create");
+        assert_eq!(would["metadata"]["name"], "a");
+        assert!(
+            would["metadata"].get("resourceVersion").is_none(),
+            "{would}"
+        );
+        assert_eq!(store.list(None), (Vec::new(), 0));
+        let made = store.create("ns", flunder("a"), false).expect("create");
+        let dup = store.create("ns", flunder("a"), true).expect_err("exists");
+        assert_eq!(dup.code(), StatusCode::CONFLICT);
+        let changed = store
+            .update("ns", "a", true, |cur| {
+                let mut next = cur.clone();
+                next["spec"]["reference"] = json!("b");
+                next["metadata"]["annotations"] = json!({});
+                Ok(next)
+            })
+            .expect("dry update");
+        assert_eq!(changed["spec"]["reference"], "b");
+        assert_eq!(changed["metadata"]["resourceVersion"], "1");
+        assert!(
+            changed["metadata"].get("annotations").is_none(),
+            "{changed}"
+        );
+        store.delete("ns", "a", true).expect("dry delete");
+        assert_eq!(store.get("ns", "a").expect("still there"), made);
+        assert_eq!(store.list(None).1, 1);
+        assert_eq!(watch.rx.try_recv().expect("one event").kind, "ADDED");
+        assert!(watch.rx.try_recv().is_err(), "no event from a dry run");
     }
 
     #[test]
@@ -510,7 +604,7 @@ mod tests {
         let store = Store::new();
         for i in 0..HISTORY + 2 {
             store
-                .create("ns", flunder(&format!("f{i}")))
+                .create("ns", flunder(&format!("f{i}")), false)
                 .expect("create");
         }
         let gone = store.watch(None, Some(1)).err().expect("expired");
