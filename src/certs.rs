@@ -41,15 +41,28 @@ pub struct DevPkiReport {
     pub kept: Vec<PathBuf>,
 }
 
-impl std::fmt::Display for DevPkiReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for path in &self.written {
-            writeln!(f, "wrote {}", path.display())?;
+impl DevPkiReport {
+    /// One line saying what was written into `dir` and what was already there and kept;
+    /// `regenerate` tells how to replace what was kept (`--force`, or the command to run).
+    pub fn summary(&self, dir: &Path, regenerate: &str) -> String {
+        let names = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let dir = dir.display();
+        match (self.written.len(), self.kept.len()) {
+            (0, 0) => format!("nothing written in {dir}"),
+            (w, 0) => format!("wrote the dev PKI in {dir}: {w} files ({})", names(&self.written)),
+            (0, k) => format!("reusing the dev PKI in {dir} ({k} files; {regenerate})"),
+            (w, k) => format!(
+                "reusing the dev PKI in {dir} ({k} files; {regenerate}); wrote the {w} missing ({})",
+                names(&self.written)
+            ),
         }
-        for path in &self.kept {
-            writeln!(f, "kept  {} (exists; --force replaces it)", path.display())?;
-        }
-        Ok(())
     }
 }
 
@@ -234,27 +247,7 @@ impl Writer<'_> {
         if self.keep(&path) {
             return Ok(());
         }
-        let b64 = |stem: &str| -> Result<String, CertsError> {
-            let file = self.dir.join(stem);
-            let bytes = std::fs::read(&file).map_err(|source| io_err(&file, source))?;
-            Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
-        };
-        let doc = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "apigw-dev", "cluster": {
-                "server": server,
-                "certificate-authority-data": b64("ca.crt")?,
-            }}],
-            "users": [{"name": "dev-admin", "user": {
-                "client-certificate-data": b64("admin.crt")?,
-                "client-key-data": b64("admin.key")?,
-            }}],
-            "contexts": [{"name": "apigw-dev", "context": {"cluster": "apigw-dev", "user": "dev-admin"}}],
-            "current-context": "apigw-dev",
-            "preferences": {},
-        });
-        let yaml = serde_yaml_ng::to_string(&doc).map_err(|e| existing(&path, e))?;
+        let yaml = kubeconfig(self.dir, server)?;
         self.write(&path, yaml.as_bytes(), true)
     }
 
@@ -301,6 +294,46 @@ impl Writer<'_> {
         self.report.written.push(path.to_path_buf());
         Ok(())
     }
+}
+
+/// Writes `dir/kubeconfig` for dev-admin against `server` when it is missing or names another
+/// server (`apigw dev` on another port); true when it was written.
+pub fn sync_kubeconfig(dir: &Path, server: &str) -> Result<bool, CertsError> {
+    let path = dir.join("kubeconfig");
+    let want = kubeconfig(dir, server)?;
+    match std::fs::read_to_string(&path) {
+        Ok(have) if have == want => return Ok(false),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(io_err(&path, source)),
+    }
+    write_file(&path, want.as_bytes(), true, true).map_err(|source| io_err(&path, source))?;
+    Ok(true)
+}
+
+/// The kubeconfig for dev-admin against `server`, from the certificates in `dir`.
+fn kubeconfig(dir: &Path, server: &str) -> Result<String, CertsError> {
+    let b64 = |stem: &str| -> Result<String, CertsError> {
+        let file = dir.join(stem);
+        let bytes = std::fs::read(&file).map_err(|source| io_err(&file, source))?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "apigw-dev", "cluster": {
+            "server": server,
+            "certificate-authority-data": b64("ca.crt")?,
+        }}],
+        "users": [{"name": "dev-admin", "user": {
+            "client-certificate-data": b64("admin.crt")?,
+            "client-key-data": b64("admin.key")?,
+        }}],
+        "contexts": [{"name": "apigw-dev", "context": {"cluster": "apigw-dev", "user": "dev-admin"}}],
+        "current-context": "apigw-dev",
+        "preferences": {},
+    });
+    crate::yaml::to_string(&doc).map_err(|e| existing(&dir.join("kubeconfig"), e))
 }
 
 /// Writes a file, mode 0600 when `secret`; without `overwrite` an existing file is an error.
@@ -472,7 +505,7 @@ mod tests {
         }
         let tokens = std::fs::read_to_string(opts.out.join("tokens.csv")).expect("tokens");
         assert!(tokens.ends_with(",dev-token-user,dev-token-user-uid,\"dev-group\"\n"));
-        let kc: serde_json::Value = serde_yaml_ng::from_str(
+        let kc: serde_json::Value = crate::yaml::value(
             &std::fs::read_to_string(opts.out.join("kubeconfig")).expect("kubeconfig"),
         )
         .expect("yaml");

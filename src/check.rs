@@ -1,14 +1,19 @@
 //! `apigw check`: loads the configuration, the files it names, and every APIService manifest,
-//! and prints each problem with its file and field. Nothing is served.
+//! and prints each problem with its file and field. Nothing is served. Settings only serving
+//! needs (the serving certificate) may be left out: what is given is validated, and what could
+//! not be checked is said (`not checked: ...`), so manifests can be linted in CI alone.
 
-use crate::config::{Config, Flags};
+use crate::config::{check_key_pairs, Checkable, Config, Flags};
 use crate::registry::{load_dir, Registry};
 use std::process::ExitCode;
 
 /// Prints every problem found and returns the exit code (1 if any).
 pub fn check(flags: &Flags) -> ExitCode {
-    let cfg = match Config::load(flags) {
-        Ok(cfg) => cfg,
+    let Checkable {
+        config: cfg,
+        serving,
+    } = match Config::load_for_check(flags) {
+        Ok(loaded) => loaded,
         Err(problems) => {
             for p in &problems {
                 println!("error: {p}");
@@ -16,13 +21,34 @@ pub fn check(flags: &Flags) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut failed = false;
-    if let Err(e) = crate::gateway::Gateway::build(&cfg, Registry::new()) {
-        println!("error: {e:#}");
-        failed = true;
+    for w in &cfg.warnings {
+        println!("warning: {w}");
     }
-    match &cfg.apiservice_dir {
-        Some(dir) => match load_dir(dir) {
+    let mut problems: Vec<String> = check_key_pairs(&cfg)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let mut not_checked = Vec::new();
+    if serving && problems.is_empty() {
+        // Everything `serve` builds before it listens, as it builds it.
+        if let Err(e) = crate::gateway::Gateway::build(&cfg, Registry::new()) {
+            problems.push(format!("{e:#}"));
+        }
+    } else {
+        if !serving {
+            not_checked.push("serving certificate (no --tls-cert-file)".to_string());
+        }
+        problems.extend(files(&cfg));
+        if cfg.audit.is_some() {
+            not_checked.push("audit log file (opened by serve)".to_string());
+        }
+    }
+    for p in &problems {
+        println!("error: {p}");
+    }
+    let mut failed = !problems.is_empty();
+    match (&cfg.apiservice_dir, &cfg.cluster) {
+        (Some(dir), _) => match load_dir(dir) {
             Ok(services) => {
                 for s in &services {
                     let target = s.service.as_ref().map_or("Local".to_string(), |svc| {
@@ -38,7 +64,12 @@ pub fn check(flags: &Flags) -> ExitCode {
                 failed = true;
             }
         },
-        None => println!("note: no --apiservice-dir; the registry is empty"),
+        (None, Some(_)) => not_checked
+            .push("APIServices (cluster mode reads them from the cluster when serving)".into()),
+        (None, None) => not_checked.push("APIServices (no --apiservice-dir)".into()),
+    }
+    for what in &not_checked {
+        println!("not checked: {what}");
     }
     if failed {
         ExitCode::FAILURE
@@ -46,4 +77,53 @@ pub fn check(flags: &Flags) -> ExitCode {
         println!("configuration ok");
         ExitCode::SUCCESS
     }
+}
+
+/// Without a serving certificate the gateway cannot be built as `serve` builds it: loads each
+/// file it would load (CAs, tokens, policies) on its own.
+fn files(cfg: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    let sources = crate::authn::CertSources {
+        client_ca: cfg.client_ca.clone(),
+        front_proxy_ca: cfg.request_header.as_ref().map(|rh| rh.client_ca.clone()),
+        allowed_names: cfg
+            .request_header
+            .as_ref()
+            .map(|rh| rh.allowed_names.clone())
+            .unwrap_or_default(),
+    };
+    if let Err(e) = crate::authn::CertAuthenticator::load(sources) {
+        problems.push(e.to_string());
+    }
+    if let Some(path) = &cfg.token_file {
+        if let Err(e) = crate::authn::TokenFile::load(path) {
+            problems.push(format!("--token-auth-file: {e}"));
+        }
+    }
+    let cas = [
+        ("--service-ca-file", cfg.service_ca.as_ref()),
+        (
+            "--delegate-ca-file",
+            cfg.delegate.as_ref().and_then(|d| d.ca_file.as_ref()),
+        ),
+    ];
+    for (flag, path) in cas {
+        if let Some(path) = path {
+            if let Err(e) = crate::tls::load_certs(path) {
+                problems.push(format!("{flag}: {e}"));
+            }
+        }
+    }
+    if let Err(e) = crate::authz::Authorizer::new(
+        cfg.authorization.clone(),
+        cfg.authorization_policy_file.clone(),
+    ) {
+        problems.push(format!("--rbac-policy-file: {e}"));
+    }
+    if let Some(path) = cfg.audit.as_ref().and_then(|a| a.policy_file.as_ref()) {
+        if let Err(e) = crate::audit::Policy::load(path) {
+            problems.push(format!("--audit-policy-file: {e}"));
+        }
+    }
+    problems
 }

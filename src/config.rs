@@ -17,145 +17,155 @@ pub struct Flags {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 0.0.0.0].
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub bind_address: Option<IpAddr>,
     /// Port to listen on [default: 8443].
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub secure_port: Option<u16>,
     /// Serving certificate (PEM, chain allowed); reloaded when it changes.
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub tls_cert_file: Option<PathBuf>,
     /// Serving key (PEM).
-    #[arg(long)]
+    #[arg(long, help_heading = "Serving")]
     pub tls_private_key_file: Option<PathBuf>,
     /// CA bundle for user client certificates: user = CN, groups = every O.
-    #[arg(long)]
+    #[arg(long, help_heading = "Authentication")]
     pub client_ca_file: Option<PathBuf>,
     /// Static tokens, kube CSV: token,user,uid,"group1,group2".
-    #[arg(long)]
+    #[arg(long, help_heading = "Authentication")]
     pub token_auth_file: Option<PathBuf>,
     /// Serve requests without credentials as system:anonymous.
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, help_heading = "Authentication", num_args = 0..=1, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
     /// CA of front proxies whose identity headers are trusted.
-    #[arg(long)]
+    #[arg(long, help_heading = "Authentication")]
     pub requestheader_client_ca_file: Option<PathBuf>,
     /// Front-proxy certificate CNs allowed (comma list); empty allows any from the CA.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, help_heading = "Authentication", value_delimiter = ',')]
     pub requestheader_allowed_names: Vec<String>,
     /// Headers holding the user name [default: X-Remote-User].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, help_heading = "Authentication", value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,
     /// Headers holding groups [default: X-Remote-Group].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, help_heading = "Authentication", value_delimiter = ',')]
     pub requestheader_group_headers: Vec<String>,
     /// Header prefixes holding extra attributes [default: X-Remote-Extra-].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, help_heading = "Authentication", value_delimiter = ',')]
     pub requestheader_extra_headers_prefix: Vec<String>,
     /// Certificate presented to addon servers; reloaded when it changes.
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub proxy_client_cert_file: Option<PathBuf>,
     /// Key of the proxy client certificate.
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub proxy_client_key_file: Option<PathBuf>,
     /// Directory of APIService manifests, watched for changes.
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub apiservice_dir: Option<PathBuf>,
     /// Static service resolution NAME:PORT=ADDR:PORT (repeatable); TLS still verifies NAME.
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub resolve: Vec<String>,
     /// CA for backends whose APIService has no caBundle [default: the system roots].
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub service_ca_file: Option<PathBuf>,
     /// Main API server for everything not aggregated and for Local APIServices.
-    #[arg(long)]
+    #[arg(long, help_heading = "Delegate (the main API server)")]
     pub delegate_url: Option<String>,
     /// CA bundle to verify the delegate's serving certificate.
-    #[arg(long)]
+    #[arg(long, help_heading = "Delegate (the main API server)")]
     pub delegate_ca_file: Option<PathBuf>,
     /// Reach the delegate by impersonation: this file's bearer token (the gateway's own
     /// account; re-read when it changes) with Impersonate-* headers naming the user, instead
     /// of the proxy client certificate and X-Remote-* headers.
-    #[arg(long)]
+    #[arg(long, help_heading = "Delegate (the main API server)")]
     pub delegate_impersonation_token_file: Option<PathBuf>,
     /// Cluster mode with this kubeconfig: APIServices, Services and EndpointSlices from the
     /// cluster, TokenReview for bearer tokens, status written back.
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub kubeconfig: Option<PathBuf>,
     /// Cluster mode with the in-cluster service account (inside a Pod).
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub cluster_mode: bool,
     /// In cluster mode, route to ready EndpointSlice endpoints instead of the Service's ClusterIP.
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub enable_aggregator_routing: bool,
     /// In cluster mode, how long other replicas wait after the Lease was last renewed before
     /// taking it [default: 15s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub leader_elect_lease_duration: Option<String>,
     /// In cluster mode, how long the leader keeps leading without a successful renewal
     /// [default: 10s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub leader_elect_renew_deadline: Option<String>,
     /// In cluster mode, how often each replica tries to acquire or renew the Lease [default: 2s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Cluster mode")]
     pub leader_elect_retry_period: Option<String>,
-    /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny [default: AlwaysAllow].
-    #[arg(long, value_delimiter = ',')]
+    /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny, RBAC (objects from
+    /// --rbac-policy-file), Webhook (SubjectAccessReview; cluster mode) [default: AlwaysAllow].
+    #[arg(long, help_heading = "Authorization", value_delimiter = ',')]
     pub authorization_mode: Vec<String>,
-    /// RBAC policy file (for --authorization-mode=RBAC).
-    #[arg(long)]
+    /// RBAC objects (Role, ClusterRole, RoleBinding, ClusterRoleBinding) for
+    /// --authorization-mode=RBAC; reloaded when it changes.
+    #[arg(long, help_heading = "Authorization")]
+    pub rbac_policy_file: Option<PathBuf>,
+    /// Deprecated: use --rbac-policy-file (kube-apiserver's flag of this name reads ABAC, not
+    /// RBAC).
+    #[arg(long, help_heading = "Authorization")]
     pub authorization_policy_file: Option<PathBuf>,
     /// How often the availability controller checks each APIService [default: 30s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub availability_check_interval: Option<String>,
     /// How long one availability check may take [default: 5s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Backends")]
     pub availability_check_timeout: Option<String>,
     /// Time to the response head of a request that is not long-running; 504 after [default: 60s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub request_timeout: Option<String>,
     /// After SIGTERM, keep accepting (while /readyz fails) for this long [default: 0s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub shutdown_delay_duration: Option<String>,
     /// After accepting stops, how long in-flight requests may take to finish [default: 30s].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub shutdown_grace_period: Option<String>,
     /// Serve /metrics (and health) without authentication on this plain-HTTP address too.
-    #[arg(long)]
+    #[arg(long, help_heading = "Logs, metrics and audit")]
     pub metrics_bind_address: Option<SocketAddr>,
-    /// Log format: text or json [default: text].
-    #[arg(long)]
+    /// Log format: text or json [default: text] (--logging-format is kube's name).
+    #[arg(
+        long,
+        help_heading = "Logs, metrics and audit",
+        visible_alias = "logging-format"
+    )]
     pub log_format: Option<String>,
     /// Groups never sent to backends in X-Remote-Group (comma list), e.g. system:masters.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, help_heading = "Backends", value_delimiter = ',')]
     pub backend_drop_groups: Vec<String>,
     /// Requests in flight at once, long-running ones exempt; then 429 [default: 400; 0: no limit].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub max_requests_inflight: Option<usize>,
     /// Requests in flight at once from one client address [default: 0, no limit].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub max_requests_inflight_per_client: Option<usize>,
     /// Open connections from one client address [default: 0, no limit].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub max_connections_per_client: Option<usize>,
     /// Connection worker threads, each a single-threaded runtime that keeps its connections
     /// [default: the CPUs this process may use; 0: serve on the shared runtime].
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub worker_threads: Option<usize>,
     /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
-    #[arg(long)]
+    #[arg(long, help_heading = "Limits and timeouts")]
     pub max_request_body_bytes: Option<usize>,
     /// Audit log file, or - for stdout; no audit log when unset.
-    #[arg(long)]
+    #[arg(long, help_heading = "Logs, metrics and audit")]
     pub audit_log_path: Option<String>,
     /// Rotate the audit log file at this many megabytes [default: 100].
-    #[arg(long)]
+    #[arg(long, help_heading = "Logs, metrics and audit")]
     pub audit_log_maxsize: Option<u64>,
     /// Rotated audit log files to keep [default: 10].
-    #[arg(long)]
+    #[arg(long, help_heading = "Logs, metrics and audit")]
     pub audit_log_maxbackup: Option<usize>,
     /// audit.k8s.io/v1 Policy choosing levels (None or Metadata) [default: Metadata for all].
-    #[arg(long)]
+    #[arg(long, help_heading = "Logs, metrics and audit")]
     pub audit_policy_file: Option<PathBuf>,
 }
 
@@ -198,6 +208,8 @@ struct File {
     leader_elect_retry_period: Option<String>,
     #[serde(default)]
     authorization_mode: Vec<String>,
+    rbac_policy_file: Option<PathBuf>,
+    /// Deprecated: `rbacPolicyFile`.
     authorization_policy_file: Option<PathBuf>,
     availability_check_interval: Option<String>,
     availability_check_timeout: Option<String>,
@@ -205,6 +217,8 @@ struct File {
     shutdown_delay_duration: Option<String>,
     shutdown_grace_period: Option<String>,
     metrics_bind_address: Option<SocketAddr>,
+    /// `loggingFormat` too, as kube spells the flag.
+    #[serde(alias = "loggingFormat")]
     log_format: Option<String>,
     #[serde(default)]
     backend_drop_groups: Vec<String>,
@@ -224,7 +238,7 @@ struct File {
 pub enum AuthzMode {
     AlwaysAllow,
     AlwaysDeny,
-    /// RBAC objects from `--authorization-policy-file`.
+    /// RBAC objects from `--rbac-policy-file`.
     Rbac,
     /// SubjectAccessReview against the cluster (cluster mode).
     Webhook,
@@ -331,7 +345,7 @@ pub struct Config {
     pub service_ca: Option<PathBuf>,
     pub delegate: Option<Delegate>,
     pub authorization: Vec<AuthzMode>,
-    /// RBAC objects, for `AuthzMode::Rbac`.
+    /// RBAC objects, for `AuthzMode::Rbac` (`--rbac-policy-file`).
     pub authorization_policy_file: Option<PathBuf>,
     pub availability_interval: Duration,
     pub availability_timeout: Duration,
@@ -355,6 +369,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Connection worker threads (`server::workers`); 0 serves on the shared runtime.
     pub worker_threads: usize,
+    /// What loading found worth a warning but not an error (a deprecated flag or key), for
+    /// the caller to log once logging is set up.
+    pub warnings: Vec<String>,
 }
 
 /// The most `--worker-threads`: each is a thread with its own runtime, so a mistyped count must
@@ -399,6 +416,7 @@ impl Config {
             header_read_timeout: crate::server::HEADER_READ_TIMEOUT,
             idle_timeout: crate::server::IDLE_TIMEOUT,
             worker_threads: cpus(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -521,17 +539,127 @@ fn camel(flag: &str) -> String {
     out
 }
 
+/// What a configuration is loaded for: serving needs the serving certificate; checking
+/// validates what is given and leaves out what is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Serve,
+    Check,
+}
+
+/// A configuration loaded by `apigw check`, where settings only serving needs may be missing.
+#[derive(Debug, Clone)]
+pub struct Checkable {
+    /// The configuration. Without a serving pair its `tls_cert` and `tls_key` are empty paths:
+    /// it is for checking, not for serving.
+    pub config: Config,
+    /// Whether `--tls-cert-file` and `--tls-private-key-file` were given.
+    pub serving: bool,
+}
+
 impl Config {
     /// Reads the file named by `--config` (if any), applies the flags over it, and validates.
     pub fn load(flags: &Flags) -> Result<Self, Vec<ConfigError>> {
-        let (file, base) = match &flags.config {
-            Some(path) => (read_file(path)?, path.parent().map(Path::to_path_buf)),
-            None => (File::default(), None),
-        };
-        let origin = Origin {
-            file: flags.config.as_deref(),
-        };
-        merge(flags, file, base.as_deref(), &origin)
+        load(flags, Purpose::Serve).map(|c| c.config)
+    }
+
+    /// As [`Config::load`], but the serving certificate and key may be missing (`apigw check`).
+    pub fn load_for_check(flags: &Flags) -> Result<Checkable, Vec<ConfigError>> {
+        load(flags, Purpose::Check)
+    }
+}
+
+fn load(flags: &Flags, purpose: Purpose) -> Result<Checkable, Vec<ConfigError>> {
+    let (file, base) = match &flags.config {
+        Some(path) => (read_file(path)?, path.parent().map(Path::to_path_buf)),
+        None => (File::default(), None),
+    };
+    let origin = Origin {
+        file: flags.config.as_deref(),
+    };
+    merge(flags, file, base.as_deref(), &origin, purpose)
+}
+
+/// Checks that the file `--config` names (dev mode's `config/dev.yaml`) can be read, is a
+/// configuration, and that its manifest directory exists, without looking at the certificate
+/// files it names: what `apigw dev` checks before it writes the dev PKI.
+pub fn check_config_file(path: &Path) -> Result<(), Vec<ConfigError>> {
+    let file = read_file(path)?;
+    match file.apiservice_dir {
+        Some(dir) => {
+            let dir = path.parent().map_or(dir.clone(), |b| b.join(&dir));
+            if dir.is_dir() {
+                Ok(())
+            } else {
+                Err(vec![ConfigError {
+                    at: format!("{}: apiserviceDir", path.display()),
+                    message: format!("{}: no such directory", dir.display()),
+                }])
+            }
+        }
+        None => Ok(()),
+    }
+}
+
+/// Loads each certificate and key pair of `cfg` (serving, proxy client) and checks that each
+/// key belongs to its certificate. Each problem names both flags and both files.
+pub fn check_key_pairs(cfg: &Config) -> Vec<ConfigError> {
+    let mut pairs = Vec::new();
+    if !cfg.tls_cert.as_os_str().is_empty() {
+        pairs.push((
+            "tls-cert-file",
+            "tls-private-key-file",
+            &cfg.tls_cert,
+            &cfg.tls_key,
+        ));
+    }
+    if let Some((cert, key)) = &cfg.proxy_client {
+        pairs.push(("proxy-client-cert-file", "proxy-client-key-file", cert, key));
+    }
+    pairs
+        .into_iter()
+        .filter_map(|(cert_flag, key_flag, cert, key)| {
+            check_key_pair(cert_flag, key_flag, cert, key).err()
+        })
+        .collect()
+}
+
+/// Loads the certificate `cert` and key `key`, given as `--{cert_flag}` and `--{key_flag}`,
+/// and checks that the key is the certificate's; the problem names both flags and files.
+pub fn check_key_pair(
+    cert_flag: &str,
+    key_flag: &str,
+    cert: &Path,
+    key: &Path,
+) -> Result<(), ConfigError> {
+    let chain = crate::tls::load_certs(cert).map_err(|e| ConfigError {
+        at: format!("--{cert_flag}"),
+        message: e.to_string(),
+    })?;
+    let der = crate::tls::load_key(key).map_err(|e| ConfigError {
+        at: format!("--{key_flag}"),
+        message: e.to_string(),
+    })?;
+    match rustls::sign::CertifiedKey::from_der(chain, der, &crate::tls::provider()) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(ConfigError {
+                at: format!("--{key_flag}"),
+                message: format!(
+                    "{} does not match --{cert_flag} {}: the key is not the certificate's",
+                    key.display(),
+                    cert.display()
+                ),
+            })
+        }
+        Err(e) => Err(ConfigError {
+            at: format!("--{key_flag}"),
+            message: format!(
+                "{} with --{cert_flag} {}: {e}",
+                key.display(),
+                cert.display()
+            ),
+        }),
     }
 }
 
@@ -543,7 +671,7 @@ fn read_file(path: &Path) -> Result<File, Vec<ConfigError>> {
             message: e.to_string(),
         }]
     })?;
-    serde_yaml_ng::from_str::<Option<File>>(&text)
+    crate::yaml::from_str::<Option<File>>(&text)
         .map(Option::unwrap_or_default)
         .map_err(|e| {
             vec![ConfigError {
@@ -588,8 +716,10 @@ fn merge(
     file: File,
     base: Option<&Path>,
     origin: &Origin,
-) -> Result<Config, Vec<ConfigError>> {
+    purpose: Purpose,
+) -> Result<Checkable, Vec<ConfigError>> {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let mut problem = |at: String, message: String| problems.push(ConfigError { at, message });
 
     let mut required_file =
@@ -614,12 +744,12 @@ fn merge(
     let tls_cert = required_file(
         "tls-cert-file",
         path_setting(&flags.tls_cert_file, file.tls_cert_file, base),
-        true,
+        false,
     );
     let tls_key = required_file(
         "tls-private-key-file",
         path_setting(&flags.tls_private_key_file, file.tls_private_key_file, base),
-        true,
+        false,
     );
     let client_ca = required_file(
         "client-ca-file",
@@ -680,6 +810,8 @@ fn merge(
     let (apiservice_dir, dir_from_file) =
         path_setting(&flags.apiservice_dir, file.apiservice_dir, base);
 
+    let serving_missing =
+        serving_problems(tls_cert.is_some(), tls_key.is_some(), origin.file, purpose);
     let mut problems_after = Vec::new();
     let mut later = |at: String, message: String| problems_after.push(ConfigError { at, message });
     if let Some(dir) = &apiservice_dir {
@@ -818,18 +950,70 @@ fn merge(
     if authorization.is_empty() {
         authorization.push(AuthzMode::AlwaysAllow);
     }
+    // --rbac-policy-file, and its deprecated name --authorization-policy-file (kube-apiserver's
+    // flag of that name reads ABAC): one setting, given once in each place.
+    const RBAC: &str = "rbac-policy-file";
+    const RBAC_OLD: &str = "authorization-policy-file";
+    if flags.rbac_policy_file.is_some() && flags.authorization_policy_file.is_some() {
+        later(
+            format!("--{RBAC}"),
+            format!("and --{RBAC_OLD} (its deprecated name) are both given; give only --{RBAC}"),
+        );
+    } else if flags.authorization_policy_file.is_some() {
+        warnings.push(format!(
+            "--{RBAC_OLD} is deprecated (kube-apiserver's flag of that name reads ABAC policy); use --{RBAC}"
+        ));
+    }
+    if file.rbac_policy_file.is_some() && file.authorization_policy_file.is_some() {
+        later(
+            origin.name(RBAC, true),
+            format!(
+                "and {} (its deprecated name) are both set; keep only {}",
+                camel(RBAC_OLD),
+                camel(RBAC)
+            ),
+        );
+    } else if file.authorization_policy_file.is_some() {
+        warnings.push(format!(
+            "{} is deprecated; use {}",
+            origin.name(RBAC_OLD, true),
+            camel(RBAC)
+        ));
+    }
+    let policy_flag =
+        if flags.rbac_policy_file.is_none() && flags.authorization_policy_file.is_some() {
+            RBAC_OLD
+        } else {
+            RBAC
+        };
+    let policy_key = if file.rbac_policy_file.is_none() && file.authorization_policy_file.is_some()
+    {
+        RBAC_OLD
+    } else {
+        RBAC
+    };
     let (policy_file, policy_in_file) = path_setting(
-        &flags.authorization_policy_file,
-        file.authorization_policy_file,
+        &flags
+            .rbac_policy_file
+            .clone()
+            .or_else(|| flags.authorization_policy_file.clone()),
+        file.rbac_policy_file.or(file.authorization_policy_file),
         base,
     );
     match &policy_file {
         Some(p) if !p.is_file() => later(
-            origin.name("authorization-policy-file", policy_in_file),
+            origin.name(
+                if policy_in_file {
+                    policy_key
+                } else {
+                    policy_flag
+                },
+                policy_in_file,
+            ),
             format!("{}: no such file", p.display()),
         ),
         None if authorization.contains(&AuthzMode::Rbac) => later(
-            "--authorization-policy-file".into(),
+            format!("--{RBAC}"),
             "is required with --authorization-mode=RBAC".into(),
         ),
         _ => {}
@@ -921,16 +1105,23 @@ fn merge(
     if let Some(c) = cluster.as_mut() {
         c.leader_election = leader_election;
     }
-    let log_json = match flags.log_format.clone().or(file.log_format).as_deref() {
-        None | Some("text") => false,
-        Some("json") => true,
-        Some(other) => {
-            later(
-                "--log-format".into(),
-                format!("{other:?}: want text or json"),
-            );
-            false
-        }
+    let log_json = match given(flags.log_format.clone(), file.log_format) {
+        None => false,
+        Some((format, in_file)) => match format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => {
+                later(
+                    if in_file {
+                        origin.name("log-format", true)
+                    } else {
+                        "--log-format (--logging-format)".into()
+                    },
+                    format!("{other:?}: want text or json"),
+                );
+                false
+            }
+        },
     };
     if availability_interval.is_zero() {
         later(
@@ -990,6 +1181,7 @@ fn merge(
                 policy_file: audit_policy,
             }
         });
+    problems.splice(0..0, serving_missing);
     problems.append(&mut problems_after);
     let listen = SocketAddr::new(
         flags
@@ -998,11 +1190,16 @@ fn merge(
             .unwrap_or(IpAddr::from([0, 0, 0, 0])),
         flags.secure_port.or(file.secure_port).unwrap_or(8443),
     );
-    match (tls_cert, tls_key) {
-        (Some(tls_cert), Some(tls_key)) if problems.is_empty() => Ok(Config {
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let serving = tls_cert.is_some() && tls_key.is_some();
+    Ok(Checkable {
+        serving,
+        config: Config {
             listen,
-            tls_cert,
-            tls_key,
+            tls_cert: tls_cert.filter(|_| serving).unwrap_or_default(),
+            tls_key: tls_key.filter(|_| serving).unwrap_or_default(),
             client_ca,
             token_file,
             anonymous: flags
@@ -1048,8 +1245,56 @@ fn merge(
                     .or(file.max_connections_per_client)
                     .unwrap_or(0),
             ),
-        }),
-        _ => Err(problems),
+            warnings,
+        },
+    })
+}
+
+/// The problems of a missing serving certificate or key: both are required to serve; to
+/// check, both or neither. Each says where the setting can be given.
+fn serving_problems(
+    cert: bool,
+    key: bool,
+    file: Option<&Path>,
+    purpose: Purpose,
+) -> Vec<ConfigError> {
+    const CERT: &str = "tls-cert-file";
+    const KEY: &str = "tls-private-key-file";
+    let where_to = |flag: &str| match file {
+        Some(f) => format!("give --{flag}, or {} in {}", camel(flag), f.display()),
+        None => format!("give --{flag}, or --config FILE with {} in it", camel(flag)),
+    };
+    match (cert, key) {
+        (true, true) => Vec::new(),
+        (false, false) if purpose == Purpose::Check => Vec::new(),
+        (false, false) if file.is_none() => vec![ConfigError {
+            at: format!("--{CERT}, --{KEY}"),
+            message: format!(
+                "missing: serving needs a certificate and its key; give them as flags, or \
+                 --config FILE, a YAML file that sets them as {} and {} (config/dev.yaml does, \
+                 for the dev PKI `apigw certs dev` writes)",
+                camel(CERT),
+                camel(KEY)
+            ),
+        }],
+        (false, false) => vec![
+            ConfigError {
+                at: format!("--{CERT}"),
+                message: format!("is required: {}", where_to(CERT)),
+            },
+            ConfigError {
+                at: format!("--{KEY}"),
+                message: format!("is required: {}", where_to(KEY)),
+            },
+        ],
+        (true, false) => vec![ConfigError {
+            at: format!("--{KEY}"),
+            message: format!("is required with --{CERT}: {}", where_to(KEY)),
+        }],
+        (false, true) => vec![ConfigError {
+            at: format!("--{CERT}"),
+            message: format!("is required with --{KEY}: {}", where_to(CERT)),
+        }],
     }
 }
 
@@ -1172,8 +1417,9 @@ mod tests {
             "{text:?}"
         );
         assert!(
-            text.iter()
-                .any(|t| t == "--tls-private-key-file: is required"),
+            text.iter().any(|t| t
+                .starts_with("--tls-private-key-file: is required with --tls-cert-file")
+                && t.contains(&format!("tlsPrivateKeyFile in {file}"))),
             "{text:?}"
         );
         assert!(

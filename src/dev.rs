@@ -1,51 +1,99 @@
-//! `apigw dev`: the zero-setup local front door. Writes the dev PKI if missing, starts the
-//! sample addon server, and runs the gateway with `config/dev.yaml`, whose manifest directory
-//! registers the sample server. Prints commands to try it with curl, openssl and kubectl.
+//! `apigw dev`: the zero-setup local front door. Checks that the config is there, writes the dev
+//! PKI if missing, starts the sample addon server, and runs the gateway with `config/dev.yaml`,
+//! whose manifest directory registers the sample server. The gateway sends the sample's
+//! APIService to the port the sample server was started on. Logs commands to try it with
+//! curl, openssl and kubectl.
 
-use crate::certs::{write_dev_pki, DevPkiOptions};
-use crate::config::{Config, Flags};
+use crate::certs::{sync_kubeconfig, write_dev_pki, DevPkiOptions};
+use crate::config::{check_config_file, check_key_pairs, Config, ConfigError, Flags};
 use crate::sample::{self, SampleConfig};
 use anyhow::Context as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+
+/// The service the dev APIService (`config/apiservices/wardle.yaml`) names, and the name the
+/// sample server's certificate is for.
+pub const SAMPLE_SERVICE: &str = "wardle-server.wardle-namespace.svc";
 
 /// Flags of `apigw dev`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DevArgs {
-    /// Gateway config file.
+    /// Gateway config file (relative paths in it are relative to it).
     #[arg(long, default_value = "config/dev.yaml")]
     pub config: PathBuf,
-    /// Where the dev PKI lives (created if missing).
+    /// Where the dev PKI lives (written if missing; `apigw certs dev --force --out DIR`
+    /// regenerates it). The gateway and the sample server use its certificates, keys and
+    /// tokens, whatever paths the config names.
     #[arg(long, default_value = "certs-dev")]
     pub certs: PathBuf,
-    /// Port of the sample addon server on 127.0.0.1 (the config's `resolve` must match).
+    /// Port of the gateway [default: the config's securePort, 8443 in config/dev.yaml].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Port of the sample addon server on 127.0.0.1; the gateway sends
+    /// wardle-server.wardle-namespace.svc:443 there.
     #[arg(long, default_value_t = 9443)]
     pub sample_port: u16,
 }
 
 /// Runs dev mode until Ctrl-C.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    // Everything that can be checked before writing anything is checked first.
+    check_config_file(&args.config).map_err(|problems| config_missing(&args.config, &problems))?;
     let report = write_dev_pki(&DevPkiOptions {
         out: args.certs.clone(),
         force: false,
         gateway_url: "https://127.0.0.1:8443".into(),
     })
     .context("writing the dev PKI")?;
-    tracing::info!("{report}");
-    let cfg = Config::load(&Flags {
+    let certs = &args.certs;
+    tracing::info!(
+        "{}",
+        report.summary(
+            certs,
+            &format!(
+                "apigw certs dev --force --out {} regenerates it",
+                certs.display()
+            )
+        )
+    );
+    let pki = |file: &str| Some(certs.join(file));
+    let mut cfg = Config::load(&Flags {
         config: Some(args.config.clone()),
+        secure_port: args.port,
+        tls_cert_file: pki("serving.crt"),
+        tls_private_key_file: pki("serving.key"),
+        client_ca_file: pki("client-ca.crt"),
+        token_auth_file: pki("tokens.csv"),
+        proxy_client_cert_file: pki("proxy-client.crt"),
+        proxy_client_key_file: pki("proxy-client.key"),
+        service_ca_file: pki("addon-ca.crt"),
         ..Default::default()
     })
-    .map_err(|problems| {
-        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        anyhow::anyhow!("{}", lines.join("\n"))
-    })?;
-
-    let certs = &args.certs;
+    .map_err(|problems| problems_error(&problems))?;
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let pair_problems = check_key_pairs(&cfg);
+    if !pair_problems.is_empty() {
+        return Err(problems_error(&pair_problems));
+    }
     let sample_addr = SocketAddr::from(([127, 0, 0, 1], args.sample_port));
+    cfg.resolve
+        .insert((SAMPLE_SERVICE.to_string(), 443), vec![sample_addr]);
+
+    let url = format!("https://{}", local_addr(cfg.listen));
+    if sync_kubeconfig(certs, &url).context("writing the dev kubeconfig")? {
+        tracing::info!(
+            "wrote {} for dev-admin against {url}",
+            certs.join("kubeconfig").display()
+        );
+    }
+
     let sample_listener = tokio::net::TcpListener::bind(sample_addr)
         .await
-        .with_context(|| format!("sample server: listening on {sample_addr}"))?;
+        .with_context(|| {
+            format!("sample server: listening on {sample_addr} (--sample-port picks another)")
+        })?;
     let sample_cfg = SampleConfig {
         allowed_names: vec!["front-proxy-client".into()],
         ..SampleConfig::new(
@@ -54,6 +102,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             certs.join("front-proxy-ca.crt"),
         )
     };
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "gateway: listening on {} (--port picks another)",
+                cfg.listen
+            )
+        })?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut sample_stop = stop_rx.clone();
     let sample = tokio::spawn(async move {
@@ -62,33 +118,66 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         };
         sample::run(sample_listener, sample_cfg, stop).await
     });
-
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("gateway: listening on {}", cfg.listen))?;
-    print_try_lines(certs, cfg.listen);
+    tracing::info!(
+        "gateway on {url}; sample server wardle.example.com/v1alpha1 on {sample_addr} behind it, as {SAMPLE_SERVICE}:443"
+    );
+    log_try_lines(certs, &url);
     let result = crate::gateway::run(cfg, listener, crate::shutdown_signal()).await;
     let _ = stop_tx.send(true);
     sample.await.context("sample server task")??;
     result
 }
 
-fn print_try_lines(certs: &Path, listen: SocketAddr) {
+/// The error of a dev config that is missing or unreadable: where dev mode runs from.
+fn config_missing(config: &Path, problems: &[ConfigError]) -> anyhow::Error {
+    let cwd = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    anyhow::anyhow!(
+        "{}\napigw dev needs its config ({}; --config FILE names another) and runs from the root \
+         of the apigw repository, where config/dev.yaml and config/apiservices/ are; it is \
+         running in {cwd}. Nothing was written.",
+        lines.join("\n"),
+        config.display(),
+    )
+}
+
+fn problems_error(problems: &[ConfigError]) -> anyhow::Error {
+    let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    anyhow::anyhow!("{}", lines.join("\n"))
+}
+
+/// The address to reach a listener on from this host: loopback for an unspecified address.
+fn local_addr(listen: SocketAddr) -> SocketAddr {
+    match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), listen.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), listen.port())
+        }
+        _ => listen,
+    }
+}
+
+/// The commands to try, each a line of the log like every other line dev mode prints.
+fn log_try_lines(certs: &Path, url: &str) {
     let c = |f: &str| certs.join(f).display().to_string();
-    let url = format!("https://{listen}");
-    println!(
-        "\napigw dev: gateway on {url}, sample server wardle.example.com/v1alpha1 behind it\n\n\
-         Try:\n  \
-         curl --cacert {ca} --cert {admin} --key {admin_key} {url}/apis\n  \
-         curl --cacert {ca} -H \"Authorization: Bearer $(cut -d, -f1 {tokens})\" {url}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders\n  \
-         openssl s_client -connect {listen} -CAfile {ca} -cert {admin} -key {admin_key} -alpn h2 </dev/null\n  \
-         kubectl --kubeconfig {kubeconfig} api-versions\n  \
-         kubectl --kubeconfig {kubeconfig} create -n default -f examples/flunder.yaml\n  \
-         kubectl --kubeconfig {kubeconfig} get flunders -n default\n",
-        ca = c("ca.crt"),
-        admin = c("admin.crt"),
-        admin_key = c("admin.key"),
-        tokens = c("tokens.csv"),
-        kubeconfig = c("kubeconfig"),
-    );
+    let host_port = url.trim_start_matches("https://");
+    let (ca, admin, admin_key) = (c("ca.crt"), c("admin.crt"), c("admin.key"));
+    let (tokens, kubeconfig) = (c("tokens.csv"), c("kubeconfig"));
+    let flunders = format!("{url}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders");
+    for line in [
+        format!("curl --cacert {ca} --cert {admin} --key {admin_key} {url}/apis"),
+        format!(
+            "curl --cacert {ca} -H \"Authorization: Bearer $(cut -d, -f1 {tokens})\" {flunders}"
+        ),
+        format!(
+            "openssl s_client -connect {host_port} -CAfile {ca} -cert {admin} -key {admin_key} -alpn h2 </dev/null"
+        ),
+        format!("kubectl --kubeconfig {kubeconfig} api-versions"),
+        format!("kubectl --kubeconfig {kubeconfig} create -n default -f examples/flunder.yaml"),
+        format!("kubectl --kubeconfig {kubeconfig} get flunders -n default"),
+    ] {
+        tracing::info!("try: {line}");
+    }
 }

@@ -1,9 +1,10 @@
 //! The `apigw` command: parses the command line, sets up logging and the crypto provider, and
-//! hands over to the library. Configuration is validated before any port is bound.
+//! hands over to the library. Configuration is validated before any port is bound. Every
+//! error is printed as clap prints its own: `error: ...`.
 
 use anyhow::Context as _;
 use apigw::config::{Config, Flags};
-use clap::{Parser, Subcommand};
+use clap::{Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +25,9 @@ enum Command {
     /// Zero-setup local front door: dev PKI, gateway on 127.0.0.1:8443, sample addon server.
     Dev(apigw::dev::DevArgs),
     /// The production gateway.
+    ///
+    /// Every setting is a flag, or a camelCase key of the YAML file --config FILE names
+    /// (config/dev.yaml is an example); flags override the file.
     Serve(Flags),
     /// Certificates.
     Certs {
@@ -31,6 +35,10 @@ enum Command {
         command: CertsCommand,
     },
     /// Load the config and every APIService; print each problem; exit 1 if any.
+    ///
+    /// Settings only serving needs (the serving certificate) may be left out: what is given
+    /// is validated, and what was not checked is said, so `apigw check --apiservice-dir DIR`
+    /// lints manifests alone.
     Check(Flags),
     /// Walk each APIService's request path; report each step with the fix; exit 1 if any failed.
     Doctor(apigw::doctor::DoctorArgs),
@@ -44,8 +52,12 @@ enum Command {
 enum CertsCommand {
     /// Write the dev PKI (never overwrites existing files unless --force).
     Dev {
+        /// Directory to write the CAs, certificates, keys, tokens.csv and kubeconfig into
+        /// (created if missing).
         #[arg(long, default_value = "certs-dev")]
         out: PathBuf,
+        /// Replace existing files: a whole new PKI (certificates and kubeconfigs made from the
+        /// old CAs stop working).
         #[arg(long)]
         force: bool,
     },
@@ -72,14 +84,73 @@ struct SampleArgs {
     requestheader_allowed_names: Vec<String>,
 }
 
+/// The flags of `serve` that `check` and `doctor` list in their help; they accept every other
+/// flag of `serve` too (so a serve command line can be checked as it is), unlisted.
+const CHECK_LISTS: &[&str] = &[
+    "config",
+    "apiservice_dir",
+    "resolve",
+    "kubeconfig",
+    "cluster_mode",
+    "tls_cert_file",
+    "tls_private_key_file",
+];
+const DOCTOR_LISTS: &[&str] = &[
+    "config",
+    "apiservice_dir",
+    "resolve",
+    "service_ca_file",
+    "tls_cert_file",
+    "tls_private_key_file",
+    "proxy_client_cert_file",
+    "proxy_client_key_file",
+    "availability_check_timeout",
+];
+
+/// The command line, with `check` and `doctor` listing only the flags of `serve` they use.
+fn command() -> clap::Command {
+    let serve_flags: Vec<clap::Id> = Flags::augment_args(clap::Command::new("serve"))
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect();
+    let trim = |cmd: clap::Command, lists: &[&str], note: &'static str| {
+        serve_flags
+            .iter()
+            .filter(|id| !lists.contains(&id.as_str()))
+            .fold(cmd, |cmd, id| cmd.mut_arg(id, |a| a.hide(true)))
+            .after_help(note)
+    };
+    Cli::command()
+        .mut_subcommand("check", |c| {
+            trim(
+                c,
+                CHECK_LISTS,
+                "Every other flag of `apigw serve` is accepted too and checked as serve checks \
+                 it, so a serve command line can be checked as it is (apigw serve --help lists \
+                 them).",
+            )
+        })
+        .mut_subcommand("doctor", |c| {
+            trim(
+                c,
+                DOCTOR_LISTS,
+                "Every other flag of `apigw serve` is accepted too, so doctor can be given the \
+                 serve command line as it is (apigw serve --help lists them).",
+            )
+        })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     apigw::tls::install_default_provider();
     raise_fd_limit();
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("apigw: {e:#}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -96,12 +167,14 @@ fn raise_fd_limit() {
     }
 }
 
-/// Logs to stderr, text or JSON, at the level `RUST_LOG` names (default info).
+/// Logs to stderr, text or JSON, at the level `RUST_LOG` names (default info); colours only
+/// on a terminal.
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().flatten_event(true).init();
@@ -123,8 +196,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
     match command {
         Command::Serve(flags) => {
-            let cfg = config_or_exit(&flags)?;
+            let Some(cfg) = config_or_print(&flags) else {
+                return Ok(ExitCode::FAILURE);
+            };
             init_logging(cfg.log_json);
+            for w in &cfg.warnings {
+                tracing::warn!("{w}");
+            }
             runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(cfg.listen)
                     .await
@@ -147,14 +225,23 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             command: CertsCommand::Dev { out, force },
         } => {
             let report = apigw::certs::write_dev_pki(&apigw::certs::DevPkiOptions {
-                out,
+                out: out.clone(),
                 force,
                 gateway_url: "https://127.0.0.1:8443".into(),
             })?;
-            println!("{report}");
+            println!("{}", report.summary(&out, "--force regenerates it"));
             Ok(ExitCode::SUCCESS)
         }
         Command::SampleApiserver(args) => {
+            if let Err(problem) = apigw::config::check_key_pair(
+                "tls-cert-file",
+                "tls-private-key-file",
+                &args.tls_cert_file,
+                &args.tls_private_key_file,
+            ) {
+                eprintln!("error: {problem}");
+                return Ok(ExitCode::FAILURE);
+            }
             let addr = SocketAddr::new(args.bind_address, args.secure_port);
             let cfg = apigw::sample::SampleConfig {
                 allowed_names: args.requestheader_allowed_names,
@@ -180,11 +267,21 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn config_or_exit(flags: &Flags) -> anyhow::Result<Config> {
-    Config::load(flags).map_err(|problems| {
-        for p in &problems {
-            eprintln!("apigw: {p}");
+/// The configuration `serve` runs with, its certificate and key pairs checked; else None,
+/// each problem printed.
+fn config_or_print(flags: &Flags) -> Option<Config> {
+    let problems = match Config::load(flags) {
+        Ok(cfg) => {
+            let problems = apigw::config::check_key_pairs(&cfg);
+            if problems.is_empty() {
+                return Some(cfg);
+            }
+            problems
         }
-        anyhow::anyhow!("{} configuration problem(s)", problems.len())
-    })
+        Err(problems) => problems,
+    };
+    for p in &problems {
+        eprintln!("error: {p}");
+    }
+    None
 }

@@ -78,7 +78,7 @@ fn a_huge_request_timeout_is_an_error_naming_the_flag_not_a_panic() {
         .find(|l| l.contains("--request-timeout"))
         .unwrap_or_default();
     assert!(
-        line.starts_with("apigw: --request-timeout: ") && line.contains("too long"),
+        line.starts_with("error: --request-timeout: ") && line.contains("too long"),
         "{stderr}"
     );
     args[0] = "check";

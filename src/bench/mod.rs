@@ -247,7 +247,10 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
         args.json.display()
     );
     if report.errors > 0 {
-        eprintln!("apigw bench: {} error(s); see the report", report.errors);
+        eprintln!(
+            "error: apigw bench: {} error(s); see the report",
+            report.errors
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@
 
 use super::describe::{describe_cert, describe_csr, CertInfo, CsrInfo, Place};
 use base64::Engine;
+use rustls::pki_types::pem::{PemObject, SectionKind};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -123,32 +124,27 @@ fn base64_text(bytes: &[u8]) -> Option<Vec<u8>> {
 
 fn read_pem(bytes: &[u8], in_ca_bundle: bool, report: &mut FileReport) {
     let mut position = 0;
-    for item in rustls_pemfile::read_all(&mut &bytes[..]) {
+    for item in <(SectionKind, Vec<u8>)>::pem_slice_iter(bytes) {
         match item {
-            Ok(rustls_pemfile::Item::X509Certificate(der)) => {
+            Ok((SectionKind::Certificate, der)) => {
                 let place = Place {
                     in_ca_bundle,
                     position,
                 };
                 position += 1;
-                push(
-                    report,
-                    describe_cert(der.as_ref(), place).map(Item::Certificate),
-                );
+                push(report, describe_cert(&der, place).map(Item::Certificate));
             }
-            Ok(rustls_pemfile::Item::Csr(der)) => {
-                push(
-                    report,
-                    describe_csr(der.as_ref()).map(Item::CertificateRequest),
-                );
+            Ok((SectionKind::Csr, der)) => {
+                push(report, describe_csr(&der).map(Item::CertificateRequest));
             }
-            Ok(
-                rustls_pemfile::Item::Pkcs1Key(_)
-                | rustls_pemfile::Item::Pkcs8Key(_)
-                | rustls_pemfile::Item::Sec1Key(_),
-            ) => report.items.push(Item::PrivateKey),
+            Ok((
+                SectionKind::RsaPrivateKey | SectionKind::PrivateKey | SectionKind::EcPrivateKey,
+                _,
+            )) => report.items.push(Item::PrivateKey),
             Ok(_) => {}
-            Err(e) => report.errors.push(format!("bad PEM: {e:?}")),
+            Err(e) => report
+                .errors
+                .push(format!("bad PEM: {}", crate::tls::pem_message(&e))),
         }
     }
 }
@@ -269,7 +265,7 @@ pub fn run(args: &InspectArgs) -> bool {
         OutputFormat::Text => print!("{}", render_text(&reports)),
         OutputFormat::Json => match serde_json::to_string_pretty(&reports) {
             Ok(json) => println!("{json}"),
-            Err(e) => eprintln!("apigw: encoding the report: {e}"),
+            Err(e) => eprintln!("error: encoding the report: {e}"),
         },
     }
     reports.iter().all(|r| r.errors.is_empty())
@@ -329,5 +325,21 @@ mod tests {
         assert_eq!(c.sans, vec!["DNS:x.y.svc"]);
         let bad = inspect_bytes("junk", b"\x00\x01 not a cert", false);
         assert!(!bad.errors.is_empty());
+    }
+
+    #[test]
+    fn lists_keys_and_names_a_cut_section() {
+        let (ca, leaf) = ca_and_leaf();
+        let key = rcgen::KeyPair::generate().expect("key").serialize_pem();
+        let cut = &ca[..ca.len() / 2];
+        let r = inspect_bytes("mixed.pem", format!("{leaf}{key}{cut}").as_bytes(), false);
+        assert!(matches!(
+            r.items[..],
+            [Item::Certificate(_), Item::PrivateKey]
+        ));
+        assert_eq!(
+            r.errors,
+            vec![r#"bad PEM: no "-----END CERTIFICATE-----" line: the section is cut short"#]
+        );
     }
 }

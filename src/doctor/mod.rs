@@ -32,6 +32,7 @@ pub struct DoctorArgs {
     pub apiservices: Vec<String>,
     #[command(flatten)]
     pub flags: Flags,
+    /// Report format: text for people, json for scripts.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
     /// Where each APIService's caBundle is written for the printed commands
@@ -77,7 +78,7 @@ pub async fn command(args: DoctorArgs) -> ExitCode {
         OutputFormat::Text => print!("{}", report.to_text()),
         OutputFormat::Json => match serde_json::to_string_pretty(&report.to_json()) {
             Ok(json) => println!("{json}"),
-            Err(e) => eprintln!("apigw: encoding the report: {e}"),
+            Err(e) => eprintln!("error: encoding the report: {e}"),
         },
     }
     if report.failed() {
