@@ -1,7 +1,7 @@
 //! `apigw doctor` and `apigw certs inspect` end to end: every failure kind produced for real on
 //! loopback (wrong CA, wrong name, expired, proxy cert refused by TLS alert or 401, nothing
 //! listening, no resolution, bad manifest, the gateway's own files) and named by doctor; the
-//! binary's exit codes and JSON; and the curl/openssl commands doctor and the README print,
+//! binary's exit codes and JSON; and the curl/openssl commands doctor and docs/troubleshooting.md print,
 //! executed. curl and openssl are required: a missing one fails the test.
 
 mod support;
@@ -533,7 +533,7 @@ async fn readme_troubleshooting_commands_work_against_the_dev_setup() {
         let _ = stop.await;
     }));
     copy_config(root, &addr);
-    let commands = readme_commands(&addr);
+    let commands = troubleshooting_commands(&addr);
     assert!(
         commands.iter().any(|c| c.starts_with("curl ")),
         "{commands:?}"
@@ -554,7 +554,7 @@ async fn readme_troubleshooting_commands_work_against_the_dev_setup() {
         let out = shell(c, root, Some(&tmp)).await;
         assert!(
             out.status.success(),
-            "README command failed: {c}\n{}",
+            "docs/troubleshooting.md command failed: {c}\n{}",
             text(&out)
         );
         if c.starts_with("curl ") {
@@ -580,16 +580,11 @@ fn copy_config(root: &Path, addr: &str) {
     .expect("copy");
 }
 
-/// The runnable commands of the README's Troubleshooting section: every line of its `sh`
-/// blocks but comments and kubectl, continuations joined, the dev port replaced.
-fn readme_commands(addr: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README");
-    let section = readme
-        .split("\n## Troubleshooting\n")
-        .nth(1)
-        .expect("a Troubleshooting section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+/// The runnable commands of docs/troubleshooting.md (the README links it): every line of its
+/// `sh` blocks but comments and kubectl, continuations joined, the dev port replaced.
+fn troubleshooting_commands(addr: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/troubleshooting.md");
+    let section = std::fs::read_to_string(&path).expect("docs/troubleshooting.md");
     let mut commands = Vec::new();
     for block in section.split("```sh\n").skip(1) {
         let body = block.split("```").next().unwrap_or_default();

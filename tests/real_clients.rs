@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 use support::World;
 
@@ -327,4 +328,58 @@ async fn kubectl_api_resources_uses_aggregated_discovery() {
         "{flunders}"
     );
     assert_eq!(wardle["versions"][0]["freshness"], "Current");
+}
+
+/// The README's exec example: `examples/exec.py` runs a command in a flunder through the
+/// gateway with the official Python client's WebSocket client, as a user would.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_exec_example_runs_through_the_gateway() {
+    let d = dev().await;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/flunder.yaml");
+    d.kubectl(&[
+        "create",
+        "-n",
+        "default",
+        "-f",
+        &manifest.display().to_string(),
+    ])
+    .await;
+    let exec = |args: &'static [&'static str]| {
+        let kubeconfig = d.kubeconfig.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new("python3")
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/exec.py"))
+                .args(args)
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+                .expect("python3 is required for this test")
+        })
+    };
+    let out = exec(&["my-flunder", "echo", "hello", "world"])
+        .await
+        .unwrap();
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world\n");
+    let out = exec(&["my-flunder", "env"]).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("USER=alice"),
+        "{}",
+        text(&out)
+    );
+    let out = exec(&["my-flunder", "exit", "3"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = exec(&["missing", "echo", "x"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("\"missing\" not found"),
+        "{}",
+        text(&out)
+    );
 }
