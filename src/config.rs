@@ -233,16 +233,8 @@ struct File {
     audit_policy_file: Option<PathBuf>,
 }
 
-/// How requests are authorized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthzMode {
-    AlwaysAllow,
-    AlwaysDeny,
-    /// RBAC objects from `--rbac-policy-file`.
-    Rbac,
-    /// SubjectAccessReview against the cluster (cluster mode).
-    Webhook,
-}
+/// How requests are authorized; owned by `authz`, named here for the settings.
+pub use crate::authz::AuthzMode;
 
 /// Front-proxy (request header) authentication settings.
 #[derive(Debug, Clone)]

@@ -131,7 +131,7 @@ pub fn apply(authz: &Authorizer, real: Identity, headers: &HeaderMap) -> Result<
 mod tests {
     use super::*;
     use crate::authz::rbac::Policy;
-    use crate::config::AuthzMode;
+    use crate::authz::AuthzMode;
 
     const POLICY: &str = r#"
 kind: ClusterRole

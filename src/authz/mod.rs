@@ -10,12 +10,22 @@ pub mod rbac;
 pub use attributes::Attributes;
 
 use crate::authn::Identity;
-use crate::config::AuthzMode;
 use crate::errors::Status;
 use arc_swap::ArcSwap;
 use rbac::Policy;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// How requests are authorized, in the order `--authorization-mode` lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthzMode {
+    AlwaysAllow,
+    AlwaysDeny,
+    /// RBAC objects from `--rbac-policy-file`.
+    Rbac,
+    /// SubjectAccessReview against the cluster (cluster mode).
+    Webhook,
+}
 
 /// The chain of authorizers.
 #[derive(Debug)]

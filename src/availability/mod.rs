@@ -4,12 +4,12 @@
 //! client certificate. Keeps the `Available` condition (upstream reasons `Local`, `Passed`,
 //! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList. After a
 //! passed check it also asks the backend for its aggregated discovery (`/apis`, once per
-//! backend and round, with `If-None-Match`; see [`crate::discovery::fetch`]) and keeps this
+//! backend and round, with `If-None-Match`; see [`crate::proxy::fetch`]) and keeps this
 //! APIService's version entry from it. Discovery serves the entry, else the converted
 //! APIResourceList (as `Stale` while the backend is down).
 
-use crate::discovery::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use crate::metrics::Metrics;
+use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use crate::proxy::Proxy;
 use crate::registry::{ApiService, Registry};
 use arc_swap::ArcSwap;
@@ -100,7 +100,7 @@ impl Default for Settings {
 /// At most this many checks run at once.
 const CONCURRENCY: usize = 32;
 /// Discovery documents bigger than this are refused.
-const MAX_DISCOVERY_BYTES: usize = crate::discovery::fetch::MAX_BYTES;
+const MAX_DISCOVERY_BYTES: usize = crate::proxy::fetch::MAX_BYTES;
 
 /// Runs the controller until the registry is dropped.
 pub fn spawn(

@@ -2,6 +2,7 @@
 //! same run (apigw/nginx, apigw/haproxy, apigw/direct), the targets of issue 10 checked, and the
 //! machine line; as JSON and as a Markdown table.
 
+use super::report_checks::Check;
 use super::stats::Machine;
 use super::{Figure, Row, Settings};
 use anyhow::Context as _;
@@ -21,14 +22,6 @@ pub struct Ratio {
     pub p99: f64,
     /// apigw's CPU per request divided by the baseline's (below 1 is better).
     pub cpu_per_req: f64,
-}
-
-/// One performance target and whether this run met it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub target: String,
-    pub met: Option<bool>,
-    pub detail: String,
 }
 
 /// Everything a run produced.

@@ -4,8 +4,16 @@
 //! watch, under 8 MiB of growth while relaying 10 MiB responses, under 8 MiB of growth while
 //! streaming the big list (issue 3: 1 GiB), and no errors.
 
-use super::report::Check;
 use super::{Figure, Row};
+use serde::Serialize;
+
+/// One performance target and whether this run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub target: String,
+    pub met: Option<bool>,
+    pub detail: String,
+}
 
 const PEERS: [&str; 2] = ["nginx", "haproxy"];
 

@@ -25,7 +25,7 @@ pub use apiservices::ApiServiceSource;
 pub use client::client;
 pub use lease::{LeaderElector, LeaseSettings};
 pub use sar::SubjectAccessReviewer;
-pub use services::{ResolveService, RoutingMode, ServiceResolver};
+pub use services::{RoutingMode, ServiceResolver};
 pub use status::StatusWriter;
 pub use tokenreview::TokenReviewer;
 

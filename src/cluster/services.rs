@@ -5,6 +5,7 @@
 //! Services and EndpointSlices come from reflector caches, so resolving asks the API server
 //! nothing. Errors read as upstream's.
 
+use crate::proxy::{parse_host, ResolveService};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
@@ -47,24 +48,6 @@ impl ResolveError {
             Self::NoEndpoints(_) => "MissingEndpoints",
         }
     }
-}
-
-/// Anything that resolves service hosts; object safe, for the proxy's resolver.
-pub trait ResolveService: Send + Sync {
-    fn resolve_service<'a>(
-        &'a self,
-        host: &'a str,
-        port: u16,
-    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, String>>;
-}
-
-/// `<name>.<namespace>.svc` (optionally followed by `.cluster.local`) as (name, namespace).
-pub fn parse_host(host: &str) -> Option<(&str, &str)> {
-    let host = host.trim_end_matches('.');
-    let host = host.strip_suffix(".cluster.local").unwrap_or(host);
-    let rest = host.strip_suffix(".svc")?;
-    let (name, ns) = rest.split_once('.')?;
-    (!name.is_empty() && !ns.is_empty() && !ns.contains('.')).then_some((name, ns))
 }
 
 /// Resolves service hosts from cached Services (and EndpointSlices in `Endpoints` mode).

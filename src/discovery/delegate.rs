@@ -13,9 +13,9 @@
 //! `If-None-Match`; while the delegate cannot be reached the last answer stays, `Stale`.
 
 use super::aggregated;
-use super::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use super::{Builtin, Doc, JSON};
 use crate::availability::{Condition, State};
+use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use crate::proxy::{Backend, FetchError};
 use crate::registry::ApiService;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -161,7 +161,7 @@ impl DelegateDiscovery {
                 .await
         };
         let version = match ask("/version".into(), JSON).await.as_deref() {
-            Ok(Answer::Legacy(doc)) if crate::gateway::is_version_info(doc) => {
+            Ok(Answer::Legacy(doc)) if is_version_info(doc) => {
                 Some(Arc::new(Bytes::from(doc.to_string())))
             }
             Ok(_) => {
@@ -409,6 +409,12 @@ where
         Some(prev) if prev.iter().zip(&docs).all(|(a, b)| a.etag == b.etag) => Some(prev.clone()),
         _ => Some(Arc::new(docs)),
     }
+}
+
+/// True when the delegate's `/version` answer is a `version.Info` worth passing on: an object
+/// with a `gitVersion`.
+fn is_version_info(doc: &Value) -> bool {
+    doc.get("gitVersion").and_then(Value::as_str).is_some()
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 
 pub mod aggregated;
 pub mod delegate;
-pub mod fetch;
 pub mod openapi;
 pub mod order;
 pub mod render;

@@ -2,9 +2,9 @@
 //! the backend refusing the proxy client cert by TLS alert, or no TLS at all), a 401/403 to the
 //! proxy client certificate, and the discovery document itself. Each verdict names one fix.
 
-use super::checks::Ctx;
 use super::probe::{self, ProbeError};
 use super::report::{Status, Step};
+use super::Ctx;
 use crate::registry::ApiService;
 use rustls::AlertDescription;
 use std::net::SocketAddr;

@@ -8,30 +8,13 @@ use super::chain::{explain, TrustSource};
 use super::probe;
 use super::recipes::{self, Target};
 use super::report::{ServiceReport, Step};
+use super::Ctx;
 use crate::certs::describe::{describe_cert, Place};
-use crate::proxy::Resolver;
 use crate::registry::{ApiService, ServiceRef};
-use crate::tls::ProxyClientCert;
 use rustls::pki_types::CertificateDer;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::TcpStream;
-
-/// What every walk shares: the gateway's resolver, trust fallback and client certificate.
-pub struct Ctx {
-    pub resolver: Resolver,
-    pub timeout: Duration,
-    /// CAs for APIServices without a caBundle, and how to name them.
-    pub default_roots: Vec<CertificateDer<'static>>,
-    pub default_roots_name: String,
-    /// The file behind `default_roots` (`--service-ca-file`), for the printed commands.
-    pub default_ca_file: Option<PathBuf>,
-    pub proxy_cert: Option<ProxyClientCert>,
-    pub proxy_paths: Option<(PathBuf, PathBuf)>,
-    /// Where caBundles are written for the printed commands.
-    pub ca_dir: PathBuf,
-}
 
 /// Walks the path of `svc`, after its `manifest` step.
 pub async fn walk(ctx: &Ctx, svc: &ApiService, manifest: Step) -> ServiceReport {

@@ -131,8 +131,23 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
     report
 }
 
+/// What every walk shares: the gateway's resolver, trust fallback and client certificate.
+pub struct Ctx {
+    pub resolver: crate::proxy::Resolver,
+    pub timeout: std::time::Duration,
+    /// CAs for APIServices without a caBundle, and how to name them.
+    pub default_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub default_roots_name: String,
+    /// The file behind `default_roots` (`--service-ca-file`), for the printed commands.
+    pub default_ca_file: Option<PathBuf>,
+    pub proxy_cert: Option<crate::tls::ProxyClientCert>,
+    pub proxy_paths: Option<(PathBuf, PathBuf)>,
+    /// Where caBundles are written for the printed commands.
+    pub ca_dir: PathBuf,
+}
+
 /// The shared context: resolver, trust fallback and proxy client certificate as configured.
-fn context(cfg: &Config, opts: &Options) -> Result<checks::Ctx, Step> {
+fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
     let (default_roots, default_roots_name) = match &cfg.service_ca {
         Some(path) => (
             crate::tls::load_certs(path).map_err(|e| {
@@ -155,7 +170,7 @@ fn context(cfg: &Config, opts: &Options) -> Result<checks::Ctx, Step> {
         .proxy_client
         .as_ref()
         .and_then(|(crt, key)| crate::tls::ReloadingCert::load(crt, key).ok());
-    Ok(checks::Ctx {
+    Ok(Ctx {
         resolver: crate::proxy::Resolver::new(cfg.resolve.clone()),
         timeout: cfg.availability_timeout,
         default_roots,

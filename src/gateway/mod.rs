@@ -15,7 +15,6 @@ mod routes;
 mod version;
 
 pub use health::Health;
-pub use version::is_version_info;
 
 use crate::apiservices::ApiServices;
 use crate::authn::Identity;

@@ -42,11 +42,6 @@ pub fn own() -> &'static Value {
     })
 }
 
-/// True when `doc` is a `version.Info` worth passing on: an object with a `gitVersion`.
-pub fn is_version_info(doc: &Value) -> bool {
-    doc.get("gitVersion").and_then(Value::as_str).is_some()
-}
-
 /// The response: `delegate`'s answer when there is one, else the gateway's own.
 pub fn response(delegate: Option<Bytes>) -> Response<Body> {
     let body = delegate.unwrap_or_else(|| {

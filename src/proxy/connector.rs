@@ -2,6 +2,7 @@
 //! then DNS), connect over TCP, and complete a TLS handshake that verifies the *service* name,
 //! whatever address was dialled. Errors say which step failed and why.
 
+use futures_util::future::BoxFuture;
 use rustls::pki_types::ServerName;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,12 +12,31 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+/// Anything that resolves service hosts; object safe. Cluster mode's
+/// Services and EndpointSlices implement it (`cluster::ServiceResolver`).
+pub trait ResolveService: Send + Sync {
+    fn resolve_service<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, String>>;
+}
+
+/// `<name>.<namespace>.svc` (optionally followed by `.cluster.local`) as (name, namespace).
+pub fn parse_host(host: &str) -> Option<(&str, &str)> {
+    let host = host.trim_end_matches('.');
+    let host = host.strip_suffix(".cluster.local").unwrap_or(host);
+    let rest = host.strip_suffix(".svc")?;
+    let (name, ns) = rest.split_once('.')?;
+    (!name.is_empty() && !ns.is_empty() && !ns.contains('.')).then_some((name, ns))
+}
+
 /// Name resolution for backends: static `--resolve` entries first, then (in cluster mode)
 /// Services and EndpointSlices for `<name>.<namespace>.svc` names, then DNS.
 #[derive(Default)]
 pub struct Resolver {
     pub fixed: BTreeMap<(String, u16), Vec<SocketAddr>>,
-    cluster: std::sync::OnceLock<std::sync::Arc<dyn crate::cluster::services::ResolveService>>,
+    cluster: std::sync::OnceLock<std::sync::Arc<dyn ResolveService>>,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -37,10 +57,7 @@ impl Resolver {
     }
 
     /// Resolves service names through the cluster from now on (set once, in cluster mode).
-    pub fn set_cluster(
-        &self,
-        cluster: std::sync::Arc<dyn crate::cluster::services::ResolveService>,
-    ) {
+    pub fn set_cluster(&self, cluster: std::sync::Arc<dyn ResolveService>) {
         let _ = self.cluster.set(cluster);
     }
 
@@ -49,7 +66,7 @@ impl Resolver {
             return Ok(addrs.clone());
         }
         if let Some(cluster) = self.cluster.get() {
-            if crate::cluster::services::parse_host(host).is_some() {
+            if parse_host(host).is_some() {
                 return cluster
                     .resolve_service(host, port)
                     .await

@@ -4,10 +4,11 @@
 //! `101`.
 
 mod connector;
+pub mod fetch;
 mod headers;
 mod pool;
 
-pub use connector::{ConnectError, Resolver};
+pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use headers::{
     escape_extra_key, remove_hop_by_hop, set_identity, ConfiguredHeaders, Forwarded,
 };

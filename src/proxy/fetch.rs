@@ -2,9 +2,10 @@
 //! `GET /apis` (or `/api`) preferring the aggregated `APIGroupDiscoveryList` (v2, then
 //! v2beta1), else whatever JSON the backend serves there. Answers are cached per backend and
 //! path with their ETag and asked again with `If-None-Match`, at most once per refresh cycle
-//! however many APIServices share the backend.
+//! however many APIServices share the backend. It lives with the proxy, below both users of it:
+//! availability (after each passed check) and discovery (the delegate).
 
-use crate::proxy::{Backend, FetchError};
+use super::{Backend, FetchError};
 use http::StatusCode;
 use serde_json::Value;
 use std::collections::HashMap;
