@@ -7,7 +7,7 @@
 //! by name. This module renders entries and groups as JSON text; [`super::render`] splices
 //! them into documents.
 
-use super::order::compare_kube_aware;
+use super::order::version_order;
 use crate::availability::State;
 use crate::registry::ApiService;
 use serde_json::{json, Map, Value};
@@ -105,14 +105,6 @@ pub fn group_json(name: &str, versions: &[Arc<str>]) -> String {
     }
     out.push_str("]}");
     out
-}
-
-/// Orders APIServices within a group: versionPriority (highest first), then kube-aware
-/// version order.
-pub fn version_order(a: &ApiService, b: &ApiService) -> std::cmp::Ordering {
-    b.version_priority
-        .cmp(&a.version_priority)
-        .then_with(|| compare_kube_aware(&b.version, &a.version))
 }
 
 /// The groups of the list for `services` (every APIService, any order), each as JSON text.

@@ -5,7 +5,7 @@
 
 use crate::registry::ApiService;
 use std::cmp::Ordering;
-use std::sync::Arc;
+use std::collections::HashMap;
 
 /// A version string parsed the way apimachinery's `CompareKubeAwareVersionStrings` does:
 /// `v<major>[(alpha|beta)<minor>]`.
@@ -47,36 +47,51 @@ pub fn compare_kube_aware(a: &str, b: &str) -> Ordering {
     }
 }
 
-/// APIServices grouped and ordered for discovery: one entry per group, in `/apis` order, each
-/// with its APIServices in version order (preferred first).
-pub fn ordered_groups(services: &[Arc<ApiService>]) -> Vec<Vec<Arc<ApiService>>> {
-    let mut by_priority: Vec<&Arc<ApiService>> = services.iter().collect();
-    by_priority.sort_by(|a, b| {
+/// Groups in kube-aggregator's `/apis` order, as indexes into `items`: APIServices by
+/// groupPriorityMinimum (highest first, ties by name), a group where its first APIService
+/// sits, each group's members in [`version_order`] (preferred first). `svc` says which
+/// APIService an item is, so renderers can order their own entries.
+pub fn ordered_groups<'a, T>(
+    items: &'a [T],
+    svc: impl Fn(&'a T) -> &'a ApiService,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (svc(&items[a]), svc(&items[b]));
         b.group_priority_minimum
             .cmp(&a.group_priority_minimum)
             .then_with(|| a.name.cmp(&b.name))
     });
-    let mut groups: Vec<Vec<Arc<ApiService>>> = Vec::new();
-    for s in by_priority {
-        match groups.iter_mut().find(|g| g[0].group == s.group) {
-            Some(group) => group.push(s.clone()),
-            None => groups.push(vec![s.clone()]),
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match at.get(svc(&items[i]).group.as_str()) {
+            Some(&g) => groups[g].push(i),
+            None => {
+                at.insert(svc(&items[i]).group.as_str(), groups.len());
+                groups.push(vec![i]);
+            }
         }
     }
-    for group in &mut groups {
-        group.sort_by(|a, b| {
-            b.version_priority
-                .cmp(&a.version_priority)
-                .then_with(|| compare_kube_aware(&b.version, &a.version))
-        });
+    for members in &mut groups {
+        members.sort_by(|&a, &b| version_order(svc(&items[a]), svc(&items[b])));
     }
     groups
+}
+
+/// Orders APIServices within a group: versionPriority (highest first), then kube-aware
+/// version order.
+pub fn version_order(a: &ApiService, b: &ApiService) -> Ordering {
+    b.version_priority
+        .cmp(&a.version_priority)
+        .then_with(|| compare_kube_aware(&b.version, &a.version))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> Arc<ApiService> {
         Arc::new(
@@ -91,12 +106,12 @@ mod tests {
     }
 
     fn order(services: &[Arc<ApiService>]) -> Vec<(String, Vec<String>)> {
-        ordered_groups(services)
+        ordered_groups(services, |s| &**s)
             .into_iter()
             .map(|g| {
                 (
-                    g[0].group.clone(),
-                    g.iter().map(|s| s.version.clone()).collect(),
+                    services[g[0]].group.clone(),
+                    g.iter().map(|&i| services[i].version.clone()).collect(),
                 )
             })
             .collect()

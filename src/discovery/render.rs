@@ -9,6 +9,7 @@
 //! A registered `Local` APIService takes its resources from the delegate's discovery.
 
 use super::aggregated::{self, Member, VersionCache};
+use super::order;
 use super::{Builtin, Doc, Documents, JSON};
 use crate::availability::State;
 use crate::registry::{ApiService, Snapshot};
@@ -112,7 +113,7 @@ impl RenderCache {
         key: (u64, u64, u64),
     ) -> Documents {
         let entries = entries(snapshot, states, builtin, delegate);
-        let groups = group(&entries);
+        let groups = order::ordered_groups(&entries, |e| e.svc);
         let (legacy, group_docs) = self.legacy(&entries, &groups);
         let items = self.aggregated(&entries, &groups);
         self.versions
@@ -328,35 +329,6 @@ fn entries<'a>(
         });
     }
     out
-}
-
-/// Groups in kube-aggregator's `/apis` order (APIServices by groupPriorityMinimum, highest
-/// first, ties by name; a group sits where its first APIService does), each with its members
-/// (indexes into `entries`) in version order.
-fn group(entries: &[Entry<'_>]) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (a, b) = (entries[a].svc, entries[b].svc);
-        b.group_priority_minimum
-            .cmp(&a.group_priority_minimum)
-            .then_with(|| a.name.cmp(&b.name))
-    });
-    let mut at: HashMap<&str, usize> = HashMap::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for i in order {
-        let name = entries[i].svc.group.as_str();
-        match at.get(name) {
-            Some(&g) => groups[g].push(i),
-            None => {
-                at.insert(name, groups.len());
-                groups.push(vec![i]);
-            }
-        }
-    }
-    for members in &mut groups {
-        members.sort_by(|&a, &b| aggregated::version_order(entries[a].svc, entries[b].svc));
-    }
-    groups
 }
 
 #[cfg(test)]

@@ -193,11 +193,6 @@ impl ServiceReport {
     pub fn step(&self, check: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.check == check)
     }
-
-    /// The first failed step, if any.
-    pub fn first_failure(&self) -> Option<&Step> {
-        self.steps.iter().find(|s| s.status == Status::Failed)
-    }
 }
 
 fn step_text(out: &mut String, step: &Step) {

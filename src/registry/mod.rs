@@ -52,11 +52,6 @@ impl Snapshot {
         self.services.get(&name)
     }
 
-    /// True when some APIService serves `group`.
-    pub fn has_group(&self, group: &str) -> bool {
-        self.services.values().any(|s| s.group == group)
-    }
-
     pub fn len(&self) -> usize {
         self.services.len()
     }
