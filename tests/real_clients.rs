@@ -5,97 +5,11 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use support::World;
 
-struct Dev {
-    world: World,
-    gw: support::Gateway,
-    kubeconfig: std::path::PathBuf,
-    _sample_stop: tokio::sync::oneshot::Sender<()>,
-}
+use support::sample::{run_ok as run, SampleGateway as Dev};
 
 async fn dev() -> Dev {
-    let world = World::new();
-    let host = "wardle-server.wardle-namespace.svc";
-    world
-        .pki
-        .leaf("wardle", &world.addon_ca, host, &[], &[host], true);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sample_addr = listener.local_addr().unwrap();
-    let cfg = apigw::sample::SampleConfig {
-        allowed_names: vec!["front-proxy-client".into()],
-        ..apigw::sample::SampleConfig::new(
-            world.pki.path("wardle.crt"),
-            world.pki.path("wardle.key"),
-            world.pki.path("front-proxy-ca.crt"),
-        )
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(apigw::sample::run(listener, cfg, async {
-        let _ = rx.await;
-    }));
-    world.register(
-        "wardle.json",
-        "wardle.example.com",
-        "v1alpha1",
-        1000,
-        15,
-        "wardle-server",
-        "wardle-namespace",
-        &world.addon_ca,
-    );
-    let mut cfg = world.config(&[]);
-    cfg.resolve
-        .insert((host.to_string(), 443), vec![sample_addr]);
-    let gw = world.gateway(cfg).await;
-    let kubeconfig = world.pki.path("kubeconfig");
-    let p = |n: &str| world.pki.path(n).display().to_string();
-    let kc = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gw",
-        "clusters": [{"name": "gw", "cluster": {"server": format!("https://127.0.0.1:{}", gw.addr.port()), "certificate-authority": p("ca.crt")}}],
-        "users": [{"name": "alice", "user": {"client-certificate": p("alice.crt"), "client-key": p("alice.key")}}],
-        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "alice"}}]
-    });
-    std::fs::write(&kubeconfig, kc.to_string()).unwrap();
-    Dev {
-        world,
-        gw,
-        kubeconfig,
-        _sample_stop: tx,
-    }
-}
-
-/// Runs a tool off the async runtime; panics with its output when it fails.
-async fn run(tool: &str, args: Vec<String>) -> String {
-    let tool = tool.to_string();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(&tool)
-            .args(&args)
-            .output()
-            .unwrap_or_else(|e| panic!("{tool} is required for this test and could not run: {e}"))
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-impl Dev {
-    async fn kubectl(&self, args: &[&str]) -> String {
-        let mut all = vec![
-            "--kubeconfig".to_string(),
-            self.kubeconfig.display().to_string(),
-            "--cache-dir".to_string(),
-            self.world.pki.path("kube-cache").display().to_string(),
-        ];
-        all.extend(args.iter().map(|s| s.to_string()));
-        run("kubectl", all).await
-    }
+    support::sample::start(None).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
