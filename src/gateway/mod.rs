@@ -19,7 +19,7 @@ pub use health::Health;
 use crate::apiservices::ApiServices;
 use crate::authn::Identity;
 use crate::authn::{
-    Authenticator, CertAuthenticator, CertSources, PeerIdentity, RequestHeaderConfig, TokenFile,
+    Authenticator, CertAuthenticator, PeerIdentity, RequestHeaderConfig, TokenFile,
 };
 use crate::authz::{impersonation, Attributes, Authorizer};
 use crate::availability::{self, Availability};
@@ -90,15 +90,7 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let certs = CertAuthenticator::load(CertSources {
-            client_ca: cfg.client_ca.clone(),
-            front_proxy_ca: cfg.request_header.as_ref().map(|rh| rh.client_ca.clone()),
-            allowed_names: cfg
-                .request_header
-                .as_ref()
-                .map(|rh| rh.allowed_names.clone())
-                .unwrap_or_default(),
-        })?;
+        let certs = CertAuthenticator::load(cfg.cert_sources())?;
         let mut authn = Authenticator {
             anonymous: cfg.anonymous,
             ..Default::default()
@@ -265,18 +257,19 @@ impl Gateway {
             Ok(permit) => permit,
             Err(status) => return retry_later(status),
         };
+        // One registry lookup serves the metrics' labels and the access line.
+        let snapshot = self.registry.snapshot();
+        let registered = (!attrs.group.is_empty())
+            .then(|| snapshot.lookup(&attrs.group, &attrs.version))
+            .flatten();
         // Only the access line names the APIService.
-        let apiservice = (!attrs.group.is_empty()
-            && tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
-        .then(|| {
-            let snapshot = self.registry.snapshot();
-            snapshot
-                .lookup(&attrs.group, &attrs.version)
-                .map(|service| service.name.clone())
-        })
-        .flatten();
+        let apiservice = registered
+            .filter(|_| tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
+            .map(|service| service.name.clone());
         let metrics_verb = crate::metrics::verb(req.method(), req.headers(), &attrs);
-        let served = attrs.resource_request && self.serves(&attrs.group, &attrs.version);
+        let served = attrs.resource_request
+            && (registered.is_some() || self.serves_unregistered(&attrs.group, &attrs.version));
+        drop(snapshot);
         // From here on the request is logged and audited however it ends, also when the
         // client goes away before the response head (this future is then dropped).
         let mut record = access::Record {
@@ -389,14 +382,12 @@ impl Gateway {
         Ok((identity, real))
     }
 
-    /// True when requests for `group`/`version` go somewhere that knows its resources: an
-    /// APIService in the registry, a group version the gateway serves itself, or one the
-    /// delegate lists in its discovery (`/api/v1` once the delegate answered `/api`). The
-    /// request metrics take labels from the path only then.
-    fn serves(&self, group: &str, version: &str) -> bool {
-        if self.registry.snapshot().lookup(group, version).is_some() {
-            return true;
-        }
+    /// For a group version no APIService in the registry claims, true when requests for it
+    /// still go somewhere that knows its resources: a group version the gateway serves itself,
+    /// or one the delegate lists in its discovery (`/api/v1` once the delegate answered
+    /// `/api`). The request metrics take labels from the path only for these and registered
+    /// ones.
+    fn serves_unregistered(&self, group: &str, version: &str) -> bool {
         if version == "v1"
             && matches!(
                 group,
