@@ -83,16 +83,7 @@ pub fn check(flags: &Flags) -> ExitCode {
 /// file it would load (CAs, tokens, policies) on its own.
 fn files(cfg: &Config) -> Vec<String> {
     let mut problems = Vec::new();
-    let sources = crate::authn::CertSources {
-        client_ca: cfg.client_ca.clone(),
-        front_proxy_ca: cfg.request_header.as_ref().map(|rh| rh.client_ca.clone()),
-        allowed_names: cfg
-            .request_header
-            .as_ref()
-            .map(|rh| rh.allowed_names.clone())
-            .unwrap_or_default(),
-    };
-    if let Err(e) = crate::authn::CertAuthenticator::load(sources) {
+    if let Err(e) = crate::authn::CertAuthenticator::load(cfg.cert_sources()) {
         problems.push(e.to_string());
     }
     if let Some(path) = &cfg.token_file {

@@ -376,6 +376,20 @@ pub fn cpus() -> usize {
 }
 
 impl Config {
+    /// Where client certificates are verified from: the client CA and the front-proxy CA with
+    /// its allowed names. `serve` and `check` load the same sources.
+    pub fn cert_sources(&self) -> crate::authn::CertSources {
+        crate::authn::CertSources {
+            client_ca: self.client_ca.clone(),
+            front_proxy_ca: self.request_header.as_ref().map(|rh| rh.client_ca.clone()),
+            allowed_names: self
+                .request_header
+                .as_ref()
+                .map(|rh| rh.allowed_names.clone())
+                .unwrap_or_default(),
+        }
+    }
+
     /// A configuration with every default, serving `cert`/`key` (for tests and embedding).
     pub fn new(tls_cert: PathBuf, tls_key: PathBuf) -> Self {
         Self {

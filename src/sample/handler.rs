@@ -202,10 +202,9 @@ async fn item(
     Ok(res)
 }
 
-/// The request body as a JSON (or YAML) value.
-async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
-    let (parts, body) = req.into_parts();
-    let bytes = Limited::new(body, MAX_BODY)
+/// The request body's bytes, up to `MAX_BODY`; past it a 413.
+async fn body_bytes(body: Incoming) -> Result<bytes::Bytes> {
+    Ok(Limited::new(body, MAX_BODY)
         .collect()
         .await
         .map_err(|e| {
@@ -215,7 +214,13 @@ async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
                 format!("reading the request body: {e}"),
             )
         })?
-        .to_bytes();
+        .to_bytes())
+}
+
+/// The request body as a JSON (or YAML) value.
+async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
+    let (parts, body) = req.into_parts();
+    let bytes = body_bytes(body).await?;
     let content_type = content_type(&parts.headers);
     let value = if content_type.contains("yaml") {
         crate::yaml::value_from_slice(&bytes)
@@ -294,17 +299,7 @@ fn server_side_apply(
 
 /// The `dryRun` of a DeleteOptions body, when the request has one.
 async fn read_delete_options(req: Request<Incoming>) -> Result<Vec<String>> {
-    let bytes = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| {
-            Status::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!("reading the request body: {e}"),
-            )
-        })?
-        .to_bytes();
+    let bytes = body_bytes(req.into_body()).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
     }
