@@ -10,29 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/binary.rs"]
+mod binary;
+
 const BIN: &str = env!("CARGO_BIN_EXE_apigw");
 
-/// Runs apigw in `dir` with `args`; kills it if it still runs after 60 s (a command that was
-/// not refused would go on serving).
+/// Runs apigw in `dir` with `args`, as [`binary::run`] does.
 fn apigw_in(dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run apigw");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    binary::run(Some(dir), args)
 }
 
 fn stdout(out: &Output) -> String {

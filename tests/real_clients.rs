@@ -181,12 +181,7 @@ async fn kubectl_api_resources_uses_aggregated_discovery() {
     let out = d
         .kubectl(&["api-resources", "--api-group=wardle.example.com"])
         .await;
-    let row: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("flunders"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = support::sample::api_resources_row(&out, "flunders");
     assert_eq!(
         row,
         [

@@ -497,12 +497,7 @@ async fn clients_that_assume_the_core_group_find_flunders() {
     d.python("dynamic").await;
 
     let out = d.kubectl(&["api-resources", "--no-headers"]).await;
-    let row: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("flunders"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let row = support::sample::api_resources_row(&out, "flunders");
     assert_eq!(
         row,
         [

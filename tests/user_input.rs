@@ -3,29 +3,15 @@
 //! real binary. Each is refused with a non-zero exit and one line naming the flag (or the file
 //! and field, or the manifest field) and the value; none may end in a panic.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+#[path = "support/binary.rs"]
+mod binary;
 
-/// Runs the apigw binary with `args`; kills it if it is still running after 60 s (a value that
-/// was not refused would leave it serving).
+use std::path::Path;
+use std::process::Output;
+
+/// Runs the apigw binary with `args`, as [`binary::run`] does.
 fn apigw(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_apigw"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run apigw");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    binary::run(None, args)
 }
 
 fn text(out: &Output) -> String {

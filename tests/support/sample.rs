@@ -143,3 +143,12 @@ pub async fn run_ok(tool: &str, args: Vec<String>) -> String {
     assert!(ran.ok, "{tool} failed: {}\n{}", ran.stdout, ran.stderr);
     ran.stdout
 }
+
+/// The columns of the `kubectl api-resources` row for `resource` (empty when it is missing).
+pub fn api_resources_row<'a>(out: &'a str, resource: &str) -> Vec<&'a str> {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(resource))
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
