@@ -14,6 +14,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 use tokio::sync::mpsc;
 
+/// Why the audit policy could not be loaded or the audit log could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// Reading the policy file or opening the log file.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: crate::yaml::Error,
+    },
+    #[error("audit writer: {0}")]
+    Spawn(#[source] std::io::Error),
+}
+
 /// Where and how much to log.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -81,9 +101,15 @@ impl Rule {
 }
 
 impl Policy {
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        crate::yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, AuditError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AuditError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        crate::yaml::from_str(&text).map_err(|source| AuditError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// The level for a request; `Metadata` when no rule matches or there is no policy.
@@ -247,7 +273,7 @@ pub fn event(r: &Request<'_>, level: &str) -> Value {
 
 impl Auditor {
     /// Starts the writer; fails when the file cannot be opened or the policy is invalid.
-    pub fn start(settings: Settings) -> Result<Self, String> {
+    pub fn start(settings: Settings) -> Result<Self, AuditError> {
         let policy = match &settings.policy_file {
             Some(p) => Policy::load(p)?,
             None => Policy::default(),
@@ -263,7 +289,7 @@ impl Auditor {
                     }
                 }
             })
-            .map_err(|e| format!("audit writer: {e}"))?;
+            .map_err(AuditError::Spawn)?;
         Ok(Self {
             policy,
             tx,
@@ -294,7 +320,7 @@ struct Sink {
 }
 
 impl Sink {
-    fn open(s: &Settings) -> Result<Self, String> {
+    fn open(s: &Settings) -> Result<Self, AuditError> {
         if s.path == "-" {
             return Ok(Self {
                 path: None,
@@ -309,7 +335,10 @@ impl Sink {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| AuditError::File {
+                path: path.clone(),
+                source,
+            })?;
         let written = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(Self {
             path: Some(path),
@@ -368,6 +397,24 @@ mod tests {
 
     fn attrs(m: Method, p: &str) -> Attributes {
         Attributes::from_request(&m, p, None)
+    }
+
+    #[test]
+    fn policy_errors_name_the_file_and_keep_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.yaml");
+        let err = Policy::load(&missing).unwrap_err();
+        assert!(matches!(err, AuditError::File { .. }), "{err:?}");
+        assert!(err
+            .to_string()
+            .starts_with(&format!("{}: ", missing.display())));
+        assert!(std::error::Error::source(&err).is_some());
+
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(&bad, "rules: 3\n").unwrap();
+        let err = Policy::load(&bad).unwrap_err();
+        assert!(matches!(err, AuditError::Parse { .. }), "{err:?}");
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     #[test]

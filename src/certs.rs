@@ -78,6 +78,8 @@ pub enum CertsError {
     Generate { what: String, source: rcgen::Error },
     #[error("{path}: {message}")]
     Existing { path: String, message: String },
+    #[error("{path}: {source}")]
+    Random { path: String, source: RandomFailed },
 }
 
 /// A CA of the dev PKI: file stem and subject CN.
@@ -237,7 +239,10 @@ impl Writer<'_> {
         if self.keep(&path) {
             return Ok(());
         }
-        let token = random_hex(16).map_err(|e| existing(&path, e))?;
+        let token = random_hex(16).map_err(|source| CertsError::Random {
+            path: path.display().to_string(),
+            source,
+        })?;
         let line = format!("{token},dev-token-user,dev-token-user-uid,\"dev-group\"\n");
         self.write(&path, line.as_bytes(), true)
     }
@@ -411,13 +416,18 @@ fn load_issuer(crt: &Path, key: &Path) -> Result<Issuer<'static, KeyPair>, Certs
     Issuer::from_ca_cert_der(&der[0], key_pair).map_err(|e| existing(crt, e))
 }
 
+/// The crypto provider could not give random bytes.
+#[derive(Debug, thiserror::Error)]
+#[error("random generator failed: {0:?}")]
+pub struct RandomFailed(rustls::crypto::GetRandomFailed);
+
 /// `n` random bytes from the crypto provider, hex encoded.
-pub(crate) fn random_hex(n: usize) -> Result<String, String> {
+pub(crate) fn random_hex(n: usize) -> Result<String, RandomFailed> {
     let mut buf = vec![0u8; n];
     crate::tls::provider()
         .secure_random
         .fill(&mut buf)
-        .map_err(|e| format!("random generator failed: {e:?}"))?;
+        .map_err(RandomFailed)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 

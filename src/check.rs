@@ -79,41 +79,26 @@ pub fn check(flags: &Flags) -> ExitCode {
     }
 }
 
-/// Without a serving certificate the gateway cannot be built as `serve` builds it: loads each
-/// file it would load (CAs, tokens, policies) on its own.
+/// Without a serving certificate the gateway cannot be built as `serve` builds it: loads the
+/// files each concern's loader reads for `serve` (CAs, tokens, policies) on their own.
 fn files(cfg: &Config) -> Vec<String> {
+    let named = |flag: Option<&str>, e: &dyn std::fmt::Display| match flag {
+        Some(flag) => format!("--{flag}: {e}"),
+        None => e.to_string(),
+    };
     let mut problems = Vec::new();
-    if let Err(e) = crate::authn::CertAuthenticator::load(cfg.cert_sources()) {
-        problems.push(e.to_string());
+    if let Err(errors) = cfg.authn.load() {
+        problems.extend(errors.iter().map(|e| named(e.flag(), e)));
     }
-    if let Some(path) = &cfg.token_file {
-        if let Err(e) = crate::authn::TokenFile::load(path) {
-            problems.push(format!("--token-auth-file: {e}"));
-        }
+    if let Err(errors) = cfg.proxy.load_cas() {
+        problems.extend(errors.iter().map(|e| named(Some(e.flag()), e)));
     }
-    let cas = [
-        ("--service-ca-file", cfg.service_ca.as_ref()),
-        (
-            "--delegate-ca-file",
-            cfg.delegate.as_ref().and_then(|d| d.ca_file.as_ref()),
-        ),
-    ];
-    for (flag, path) in cas {
-        if let Some(path) = path {
-            if let Err(e) = crate::tls::load_certs(path) {
-                problems.push(format!("{flag}: {e}"));
-            }
-        }
-    }
-    if let Err(e) = crate::authz::Authorizer::new(
-        cfg.authorization.clone(),
-        cfg.authorization_policy_file.clone(),
-    ) {
-        problems.push(format!("--rbac-policy-file: {e}"));
+    if let Err(e) = cfg.authz.authorizer() {
+        problems.push(named(Some("rbac-policy-file"), &e));
     }
     if let Some(path) = cfg.audit.as_ref().and_then(|a| a.policy_file.as_ref()) {
         if let Err(e) = crate::audit::Policy::load(path) {
-            problems.push(format!("--audit-policy-file: {e}"));
+            problems.push(named(Some("audit-policy-file"), &e));
         }
     }
     problems

@@ -5,7 +5,10 @@
 //! curl, openssl and kubectl.
 
 use crate::certs::{sync_kubeconfig, write_dev_pki, DevPkiOptions};
-use crate::config::{check_config_file, check_key_pairs, Config, ConfigError, Flags};
+use crate::config::{
+    check_config_file, check_key_pairs, AuthnFlags, Config, ConfigError, Flags, ProxyFlags,
+    ServingFlags,
+};
 use crate::sample::{self, SampleConfig};
 use anyhow::Context as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -59,14 +62,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let pki = |file: &str| Some(certs.join(file));
     let mut cfg = Config::load(&Flags {
         config: Some(args.config.clone()),
-        secure_port: args.port,
-        tls_cert_file: pki("serving.crt"),
-        tls_private_key_file: pki("serving.key"),
-        client_ca_file: pki("client-ca.crt"),
-        token_auth_file: pki("tokens.csv"),
-        proxy_client_cert_file: pki("proxy-client.crt"),
-        proxy_client_key_file: pki("proxy-client.key"),
-        service_ca_file: pki("addon-ca.crt"),
+        serving: ServingFlags {
+            secure_port: args.port,
+            tls_cert_file: pki("serving.crt"),
+            tls_private_key_file: pki("serving.key"),
+            ..Default::default()
+        },
+        authn: AuthnFlags {
+            client_ca_file: pki("client-ca.crt"),
+            token_auth_file: pki("tokens.csv"),
+            ..Default::default()
+        },
+        proxy: ProxyFlags {
+            proxy_client_cert_file: pki("proxy-client.crt"),
+            proxy_client_key_file: pki("proxy-client.key"),
+            service_ca_file: pki("addon-ca.crt"),
+            ..Default::default()
+        },
         ..Default::default()
     })
     .map_err(|problems| problems_error(&problems))?;
@@ -78,10 +90,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         return Err(problems_error(&pair_problems));
     }
     let sample_addr = SocketAddr::from(([127, 0, 0, 1], args.sample_port));
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert((SAMPLE_SERVICE.to_string(), 443), vec![sample_addr]);
 
-    let url = format!("https://{}", local_addr(cfg.listen));
+    let url = format!("https://{}", local_addr(cfg.server.listen));
     if sync_kubeconfig(certs, &url).context("writing the dev kubeconfig")? {
         tracing::info!(
             "wrote {} for dev-admin against {url}",
@@ -102,12 +115,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             certs.join("front-proxy-ca.crt"),
         )
     };
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
+    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
         .with_context(|| {
             format!(
                 "gateway: listening on {} (--port picks another)",
-                cfg.listen
+                cfg.server.listen
             )
         })?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

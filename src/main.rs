@@ -199,14 +199,14 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let Some(cfg) = config_or_print(&flags) else {
                 return Ok(ExitCode::FAILURE);
             };
-            init_logging(cfg.log_json);
+            init_logging(cfg.log.json);
             for w in &cfg.warnings {
                 tracing::warn!("{w}");
             }
             runtime()?.block_on(async {
-                let listener = tokio::net::TcpListener::bind(cfg.listen)
+                let listener = tokio::net::TcpListener::bind(cfg.server.listen)
                     .await
-                    .with_context(|| format!("listening on {}", cfg.listen))?;
+                    .with_context(|| format!("listening on {}", cfg.server.listen))?;
                 apigw::gateway::run(cfg, listener, apigw::shutdown_signal()).await
             })?;
             Ok(ExitCode::SUCCESS)

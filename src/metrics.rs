@@ -271,9 +271,15 @@ pub fn verb(method: &Method, headers: &HeaderMap, attrs: &Attributes) -> &'stati
         Method::PUT => "PUT",
         Method::DELETE => "DELETE",
         Method::PATCH => {
+            // The media type without its parameters, as kube-apiserver reads it.
             let apply = headers
                 .get(http::header::CONTENT_TYPE)
-                .is_some_and(|v| v.as_bytes() == b"application/apply-patch+yaml");
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(';').next())
+                .is_some_and(|t| {
+                    t.trim()
+                        .eq_ignore_ascii_case("application/apply-patch+yaml")
+                });
             if apply {
                 "APPLY"
             } else {
@@ -464,6 +470,20 @@ mod tests {
                 "/apis/g/v1/things/t",
                 Some("application/apply-patch+yaml"),
                 "APPLY",
+                "resource",
+            ),
+            (
+                Method::PATCH,
+                "/apis/g/v1/things/t",
+                Some("Application/Apply-Patch+YAML; charset=utf-8"),
+                "APPLY",
+                "resource",
+            ),
+            (
+                Method::PATCH,
+                "/apis/g/v1/things/t",
+                Some("application/merge-patch+json"),
+                "PATCH",
                 "resource",
             ),
             (

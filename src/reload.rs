@@ -3,13 +3,16 @@
 //! for mounted Secrets and ConfigMaps (inotify on the old inode would miss them). A reload that
 //! fails is logged and the previous contents stay in force.
 
+use crate::body::BoxError;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Calls `reload` whenever the bytes of any of `paths` change, checking every `period`.
-pub fn watch_files<F>(what: &'static str, paths: Vec<PathBuf>, period: Duration, reload: F)
+/// Calls `reload` whenever the bytes of any of `paths` change, checking every `period`. A
+/// failure is logged with its whole chain of causes.
+pub fn watch_files<F, E>(what: &'static str, paths: Vec<PathBuf>, period: Duration, reload: F)
 where
-    F: Fn() -> Result<(), String> + Send + 'static,
+    F: Fn() -> Result<(), E> + Send + 'static,
+    E: Into<BoxError>,
 {
     let read =
         move || -> Vec<Option<Vec<u8>>> { paths.iter().map(|p| std::fs::read(p).ok()).collect() };
@@ -25,7 +28,8 @@ where
                 match reload() {
                     Ok(()) => tracing::info!(what, "reloaded"),
                     Err(e) => {
-                        tracing::warn!(what, error = %e, "change not applied; keeping the previous one")
+                        let error = crate::errors::chain(&*e.into());
+                        tracing::warn!(what, %error, "change not applied; keeping the previous one")
                     }
                 }
                 seen = now;

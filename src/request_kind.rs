@@ -1,12 +1,58 @@
-//! What kind of request this is, decided once per request by the gateway and read by
-//! everything that treats kinds differently: the in-flight limit and the request timeout
+//! What the gateway knows of a request before it authenticates it, decided once per request
+//! ([`RequestInfo`]) and read by everything after: the in-flight limit and the request timeout
 //! (long-running requests are exempt from both, as with kube-apiserver's long-running check),
 //! the access log, metrics and audit record, and the proxy (which connection to the backend a
-//! request takes, and whether it is spliced after a `101`). Deciding it in one place keeps them
-//! from disagreeing: a header that the proxy ignores cannot make a request long-running.
+//! request takes, whether it is spliced after a `101`, and the `X-Forwarded-*` it carries).
+//! Deciding its kind in one place keeps them from disagreeing: a header that the proxy ignores
+//! cannot make a request long-running.
 
 use crate::authz::Attributes;
-use http::{header, Request, Version};
+use http::{header, HeaderValue, Request, Version};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// A request's attributes, kind, client, host and deadline, computed once before
+/// authentication.
+#[derive(Debug)]
+pub struct RequestInfo {
+    /// The authorization attributes of its method and path (verb, group, resource, ...).
+    pub attrs: Attributes,
+    pub kind: RequestKind,
+    /// The client's address, appended to `X-Forwarded-For`.
+    pub client: SocketAddr,
+    /// The request's one validated host, sent to backends as `X-Forwarded-Host`.
+    pub host: Option<HeaderValue>,
+    pub start: Instant,
+    /// Not long-running: when the response must be complete, as kube-apiserver's timeout
+    /// filter bounds a request end to end from its start (none past the end of time).
+    pub deadline: Option<Instant>,
+}
+
+impl RequestInfo {
+    /// What `req`, from `client` with the validated `host`, is; `timeout` bounds it unless it
+    /// is long-running.
+    pub fn of<B>(
+        req: &Request<B>,
+        client: SocketAddr,
+        host: Option<HeaderValue>,
+        start: Instant,
+        timeout: Duration,
+    ) -> Self {
+        let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        let kind = RequestKind::of(req, &attrs);
+        let deadline = (!kind.long_running())
+            .then(|| start.checked_add(timeout))
+            .flatten();
+        Self {
+            attrs,
+            kind,
+            client,
+            host,
+            start,
+            deadline,
+        }
+    }
+}
 
 /// The kind of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,9 +57,9 @@ async fn setup() -> Setup {
     );
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.authorization = vec![apigw::config::AuthzMode::Rbac];
-    cfg.authorization_policy_file = Some(w.pki.path("policy.yaml"));
-    cfg.backend_drop_groups = vec!["system:masters".into()];
+    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
+    cfg.proxy.drop_groups = vec!["system:masters".into()];
     let gw = w.gateway(cfg).await;
     Setup { w, gw, echo }
 }

@@ -478,14 +478,23 @@ async fn services_resolve_by_cluster_ip_or_ready_endpoints() {
         vec!["127.0.0.11:8443".parse().unwrap()]
     );
     assert_eq!(
-        by_ep.resolve("nope.ns.svc", 443).await.unwrap_err(),
+        by_ep
+            .resolve("nope.ns.svc", 443)
+            .await
+            .unwrap_err()
+            .to_string(),
         "service/nope in \"ns\" is not present"
     );
     api.put(service("empty", "10.96.0.11"));
     let err = eventually(2, || {
         let by_ep = by_ep.clone();
         async move {
-            by_ep.resolve("empty.ns.svc", 443).await.err().as_deref()
+            by_ep
+                .resolve("empty.ns.svc", 443)
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .as_deref()
                 == Some("no endpoints available for service \"empty\"")
         }
     })

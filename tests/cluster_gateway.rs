@@ -41,7 +41,7 @@ async fn a_cluster_mode_gateway_serves_what_the_cluster_says() {
         aggregator_routing: true,
         leader_election: apigw::config::LeaderElection::default(),
     });
-    cfg.authorization = vec![apigw::config::AuthzMode::Webhook];
+    cfg.authz.modes = vec![apigw::config::AuthzMode::Webhook];
     let gw = w.gateway(cfg).await;
 
     let dora = |path: &str| {
@@ -189,9 +189,9 @@ impl Replicas {
                 retry_period: Duration::from_millis(300),
             },
         });
-        cfg.availability_interval = Duration::from_millis(300);
-        cfg.availability_timeout = Duration::from_secs(2);
-        cfg.shutdown_grace = Duration::from_secs(2);
+        cfg.availability.interval = Duration::from_millis(300);
+        cfg.availability.timeout = Duration::from_secs(2);
+        cfg.server.shutdown_grace = Duration::from_secs(2);
         self.w.gateway(cfg).await
     }
 

@@ -129,7 +129,7 @@ fn get(s: &support::Single, path: &str) -> Request<http_body_util::Full<Bytes>> 
 /// HTTP/2 preface, is closed after the head deadline, whatever ALPN chose.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_that_sends_nothing_is_closed() {
-    let s = setup(|cfg| cfg.header_read_timeout = Duration::from_secs(1)).await;
+    let s = setup(|cfg| cfg.server.header_read_timeout = Duration::from_secs(1)).await;
     for (alpn, send) in [
         (&b"http/1.1"[..], &b""[..]),
         (b"h2", b""),
@@ -169,7 +169,7 @@ async fn a_connection_that_sends_nothing_is_closed() {
 /// GOAWAY). The head deadline is left at its default, so it is not what closes them.
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_connections_close_after_the_idle_timeout() {
-    let s = setup(|cfg| cfg.idle_timeout = Duration::from_secs(1)).await;
+    let s = setup(|cfg| cfg.server.idle_timeout = Duration::from_secs(1)).await;
 
     // HTTP/1.1, kept alive after one answered request.
     let mut stream = connect(&s, b"http/1.1", Some("alice")).await.unwrap();
@@ -233,8 +233,8 @@ fn has_goaway(bytes: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_with_an_open_watch_stays() {
     let s = setup(|cfg| {
-        cfg.idle_timeout = Duration::from_secs(1);
-        cfg.header_read_timeout = Duration::from_secs(1);
+        cfg.server.idle_timeout = Duration::from_secs(1);
+        cfg.server.header_read_timeout = Duration::from_secs(1);
     })
     .await;
     // HTTP/2 watch.
@@ -293,7 +293,11 @@ async fn a_connection_with_an_open_watch_stays() {
 /// the client's in-flight requests are at their limit; a closed connection frees its place.
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_over_the_limit_are_refused_at_accept_and_health_still_answers() {
-    let s = setup(|cfg| cfg.limits = (400, 1, 2)).await;
+    let s = setup(|cfg| {
+        cfg.limits.max_inflight_per_client = 1;
+        cfg.server.max_connections_per_client = 2;
+    })
+    .await;
     // First connection: a watch, which holds the client's one request in flight.
     let (mut watch_send, watch_conn) = h2(&s, "alice").await;
     let res = watch_send.send_request(get(&s, WATCH)).await.unwrap();

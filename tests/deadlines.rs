@@ -101,7 +101,9 @@ async fn sample_stack(tweak: impl FnOnce(&mut apigw::config::Config)) -> (World,
         &world.addon_ca,
     );
     let mut cfg = world.config(&[]);
-    cfg.resolve.insert((HOST.to_string(), 443), vec![addr]);
+    cfg.proxy
+        .resolve
+        .insert((HOST.to_string(), 443), vec![addr]);
     tweak(&mut cfg);
     let gw = world.gateway(cfg).await;
     (world, gw)
@@ -152,8 +154,8 @@ async fn one_more(world: &World, addr: SocketAddr) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_http1_response_is_cut_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
-        cfg.request_timeout = TIMEOUT;
-        cfg.limits = (1, 0, 0);
+        cfg.limits.request_timeout = TIMEOUT;
+        cfg.limits.max_inflight = 1;
     })
     .await;
     let start = Instant::now();
@@ -229,8 +231,8 @@ async fn a_stalled_http1_response_is_cut_at_the_request_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_http2_streams_are_reset_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
-        cfg.request_timeout = TIMEOUT;
-        cfg.limits = (3, 0, 0);
+        cfg.limits.request_timeout = TIMEOUT;
+        cfg.limits.max_inflight = 3;
     })
     .await;
     let tls = tight_connection(&world, gw.addr, b"h2").await;
@@ -294,8 +296,8 @@ async fn stalled_http2_streams_are_reset_at_the_request_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_is_not_cut_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
-        cfg.request_timeout = Duration::from_secs(1);
-        cfg.limits = (1, 0, 0);
+        cfg.limits.request_timeout = Duration::from_secs(1);
+        cfg.limits.max_inflight = 1;
     })
     .await;
     let mut send = world.client(Some("alice")).h2_connection(gw.addr).await;

@@ -52,7 +52,7 @@ async fn aggregated_discovery_with_etags_negotiation_and_staleness() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.availability_interval = Duration::from_millis(300);
+    cfg.availability.interval = Duration::from_millis(300);
     let gw = w.gateway(cfg).await;
     let c = w.client(Some("alice"));
 
@@ -215,7 +215,7 @@ async fn backends_aggregated_discovery_is_used_else_legacy_is_converted() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[(&agg, agg.addr), (&legacy, legacy.addr)]);
-    cfg.availability_interval = Duration::from_millis(300);
+    cfg.availability.interval = Duration::from_millis(300);
     let gw = w.gateway(cfg).await;
     let c = w.client(Some("alice"));
 
@@ -362,13 +362,13 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[(&echo, echo.addr), (&main, main.addr)]);
-    cfg.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),
         impersonation_token_file: None,
     });
-    cfg.availability_interval = Duration::from_millis(300);
+    cfg.availability.interval = Duration::from_millis(300);
     let gw = w.gateway(cfg).await;
     let c = w.client(Some("alice"));
 
@@ -485,7 +485,7 @@ async fn a_legacy_only_delegate_is_merged_from_its_resource_lists() {
         );
     }
     let mut cfg = w.config(&[(&main, main.addr)]);
-    cfg.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),

@@ -236,7 +236,7 @@ async fn backend_answering_401_refuses_the_proxy_cert() {
         &[],
         false,
     );
-    cfg.proxy_client = Some(pair);
+    cfg.proxy.proxy_client = Some(pair);
     let r = diagnose(&w, &cfg).await;
     let s = assert_failed(&r, Some(NAME), "proxy-client-cert", "Unauthorized");
     assert!(s.message.contains("answered 401"), "{}", s.message);
@@ -255,7 +255,9 @@ async fn nothing_listening_is_connection_refused() {
     drop(listener);
     register(&w, &w.addon_ca);
     let mut cfg = w.config(&[]);
-    cfg.resolve.insert((HOST.to_string(), 443), vec![addr]);
+    cfg.proxy
+        .resolve
+        .insert((HOST.to_string(), 443), vec![addr]);
     let r = diagnose(&w, &cfg).await;
     let s = assert_failed(&r, Some(NAME), "connect", "ConnectionRefused");
     assert!(s.message.contains(&addr.to_string()), "{}", s.message);
@@ -281,7 +283,7 @@ async fn unresolvable_service_is_service_not_found() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[]);
-    cfg.availability_timeout = std::time::Duration::from_secs(3);
+    cfg.availability.timeout = std::time::Duration::from_secs(3);
     let r = diagnose(&w, &cfg).await;
     let s = assert_failed(&r, Some(NAME), "resolve", "ServiceNotFound");
     assert!(
@@ -352,7 +354,7 @@ async fn gateway_files_expired_mismatched_or_without_client_auth() {
     ];
     for (pair, reason) in cases {
         let mut cfg = w.config(&[]);
-        cfg.proxy_client = Some(pair);
+        cfg.proxy.proxy_client = Some(pair);
         let r = diagnose(&w, &cfg).await;
         assert_failed(&r, None, "proxy-client-cert-file", reason);
     }
@@ -366,7 +368,7 @@ async fn gateway_files_expired_mismatched_or_without_client_auth() {
         now + Duration::days(10),
     );
     let mut cfg = w.config(&[]);
-    cfg.proxy_client = Some(soon);
+    cfg.proxy.proxy_client = Some(soon);
     let r = diagnose(&w, &cfg).await;
     let s = step(&r, None, "proxy-client-cert-file");
     assert_eq!(

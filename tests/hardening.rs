@@ -94,11 +94,12 @@ impl Gw {
     async fn start(self) -> Setup {
         setup_with(|cfg| match self {
             Gw::Plain => {}
-            Gw::OneSlotHeld => cfg.limits = (1, 0, 0),
-            Gw::ShortTimeout => cfg.request_timeout = Duration::from_millis(300),
+            Gw::OneSlotHeld => cfg.limits.max_inflight = 1,
+            Gw::ShortTimeout => cfg.limits.request_timeout = Duration::from_millis(300),
             Gw::CustomHeaders => {
-                cfg.request_header = Some(apigw::config::RequestHeader {
+                cfg.authn.request_header = Some(apigw::config::RequestHeader {
                     client_ca: cfg
+                        .authn
                         .client_ca
                         .as_ref()
                         .unwrap()
@@ -483,7 +484,7 @@ async fn expired_and_wrong_purpose_client_certs_are_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn request_and_connection_limits_answer_429() {
-    let s = setup_with(|cfg| cfg.limits = (400, 2, 0)).await;
+    let s = setup_with(|cfg| cfg.limits.max_inflight_per_client = 2).await;
     let slow = "/apis/a.example.com/v1/namespaces/n/things/slow";
     let c = s.w.client(Some("alice"));
     let addr = s.gw.addr;
@@ -515,7 +516,7 @@ async fn request_and_connection_limits_answer_429() {
         "the permits were not released"
     );
 
-    let s = setup_with(|cfg| cfg.limits = (400, 0, 1)).await;
+    let s = setup_with(|cfg| cfg.server.max_connections_per_client = 1).await;
     let p = |n: &str| s.w.pki.path(n);
     let _ = p;
     let first = support::Client::new(
@@ -612,12 +613,14 @@ async fn faults_end_in_a_clean_status_and_other_apiservices_keep_serving() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[(&good, good.addr)]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert(("hang-svc.x.svc".into(), 443), vec![hang_addr]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert(("reset-svc.x.svc".into(), 443), vec![reset_addr]);
-    cfg.request_timeout = Duration::from_secs(3);
-    cfg.availability_timeout = Duration::from_millis(500);
+    cfg.limits.request_timeout = Duration::from_secs(3);
+    cfg.availability.timeout = Duration::from_millis(500);
     let gw = w.gateway(cfg).await;
     let c = w.client(Some("alice"));
     for group in ["hang", "reset", "nodns"] {
@@ -664,7 +667,7 @@ async fn faults_end_in_a_clean_status_and_other_apiservices_keep_serving() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn request_bodies_over_the_limit_get_413_and_never_reach_the_backend() {
-    let s = setup_with(|cfg| cfg.max_request_body_bytes = Some(1000)).await;
+    let s = setup_with(|cfg| cfg.limits.max_request_body_bytes = Some(1000)).await;
     let c = s.w.client(Some("alice"));
     let post = |n: usize| {
         Request::post(ECHO)
@@ -697,7 +700,7 @@ async fn request_bodies_over_the_limit_get_413_and_never_reach_the_backend() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_head_is_cut_off_and_guessing_tokens_gets_nothing() {
-    let s = setup_with(|cfg| cfg.header_read_timeout = Duration::from_millis(500)).await;
+    let s = setup_with(|cfg| cfg.server.header_read_timeout = Duration::from_millis(500)).await;
     // Slowloris: the head never completes; the gateway closes the connection on its own.
     let p = |n: &str| s.w.pki.path(n);
     let roots =

@@ -32,7 +32,8 @@ async fn a_go_net_http_addon_serves_widgets_through_the_gateway() {
     let addon = GoAddon::start(&world, GoOpts::default()).await;
     addon.register(&world);
     let mut cfg = world.config(&[]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert((addon.host.clone(), 443), vec![addon.addr]);
     let gw = world.gateway(cfg).await;
     let alice = world.client(Some("alice"));
@@ -488,7 +489,7 @@ async fn websocket_exec_through_the_gateway_to_go() {
 async fn more_than_250_concurrent_watches_reach_go() {
     // No periodic availability checks (each is a new connection, maybe h2) during the count.
     let s = stack_with(GoOpts::default(), |cfg| {
-        cfg.availability_interval = Duration::from_secs(3600)
+        cfg.availability.interval = Duration::from_secs(3600)
     })
     .await;
     let rv = s.list_rv().await;

@@ -205,7 +205,7 @@ async fn a_go_delegate_gets_unclaimed_paths_with_host_and_upgrades() {
     .await;
     let mut cfg = world.config(&[]);
     addon.resolve(&mut cfg);
-    cfg.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw::config::Delegate {
         host: host.into(),
         port: 443,
         ca_file: Some(world.pki.path("addon-ca.crt")),

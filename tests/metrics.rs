@@ -341,9 +341,9 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let metrics_addr = unused_addr();
     let mut cfg = w.config(&[(&echo, echo.addr), (&dead, dead.addr)]);
-    cfg.authorization = vec![apigw::config::AuthzMode::Rbac];
-    cfg.authorization_policy_file = Some(w.pki.path("policy.yaml"));
-    cfg.availability_interval = Duration::from_millis(300);
+    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
+    cfg.availability.interval = Duration::from_millis(300);
     cfg.metrics_listen = Some(metrics_addr);
     let gw = w.gateway(cfg).await;
     let alice = w.client(Some("alice"));
@@ -499,9 +499,9 @@ async fn refused_anonymous_requests_name_no_labels_after_their_path() {
     );
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.anonymous = true;
-    cfg.authorization = vec![apigw::config::AuthzMode::Rbac];
-    cfg.authorization_policy_file = Some(w.pki.path("policy.yaml"));
+    cfg.authn.anonymous = true;
+    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     let gw = w.gateway(cfg).await;
     let anon = w.client(None);
     for path in [

@@ -28,7 +28,7 @@ async fn condition(
 #[tokio::test(flavor = "multi_thread")]
 async fn availability_follows_the_backend_and_unavailable_fails_fast() {
     let Single { w, echo, gw } = World::single(|cfg| {
-        cfg.availability_interval = Duration::from_millis(300);
+        cfg.availability.interval = Duration::from_millis(300);
     })
     .await;
     let c = w.client(Some("alice"));
@@ -331,7 +331,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
     let Single { w, echo: _echo, gw } = World::single(|cfg| {
-        cfg.request_timeout = Duration::from_millis(300);
+        cfg.limits.request_timeout = Duration::from_millis(300);
     })
     .await;
     let c = w.client(Some("alice"));

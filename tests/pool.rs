@@ -33,7 +33,8 @@ async fn two_endpoints_and_a_dead_one() -> (World, Echo, Echo, support::Gateway)
         &w.addon_ca,
     );
     let mut cfg = w.config(&[]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert((HOST.into(), 443), vec![one.addr, dead_addr, two.addr]);
     let gw = w.gateway(cfg).await;
     (w, one, two, gw)
@@ -221,7 +222,7 @@ async fn alternate(s: &support::Single, rounds: usize) -> [Vec<String>; 2] {
 /// worker reuses its own backend connection for its requests, and never the other's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_worker_reuses_its_own_backend_connection() {
-    let s = World::single(|cfg| cfg.worker_threads = 2).await;
+    let s = World::single(|cfg| cfg.server.worker_threads = 2).await;
     let [a, b] = alternate(&s, 5).await;
     for run in [&a, &b] {
         assert!(
@@ -236,7 +237,7 @@ async fn each_worker_reuses_its_own_backend_connection() {
 /// one pooled backend connection serves both client connections in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_workers_one_backend_connection_serves_every_client() {
-    let s = World::single(|cfg| cfg.worker_threads = 0).await;
+    let s = World::single(|cfg| cfg.server.worker_threads = 0).await;
     let [a, b] = alternate(&s, 5).await;
     assert!(a.iter().chain(&b).all(|r| r == &a[0]), "{a:?} {b:?}");
 }
@@ -310,8 +311,8 @@ async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
     );
     let mut cfg = w.config(&[]);
     // One idle list, so every request after the first finds the pooled connection.
-    cfg.worker_threads = 0;
-    cfg.resolve.insert((HOST.into(), 443), vec![addr]);
+    cfg.server.worker_threads = 0;
+    cfg.proxy.resolve.insert((HOST.into(), 443), vec![addr]);
     let gw = w.gateway(cfg).await;
     let alice = w.client(Some("alice"));
     let path = "/apis/a.example.com/v1/namespaces/n/things";

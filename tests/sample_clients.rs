@@ -438,13 +438,13 @@ async fn version_is_the_delegates_while_it_answers() {
         .documents
         .insert("/version".into(), cluster.clone());
     let mut cfg = w.config(&[(&main, main.addr)]);
-    cfg.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),
         impersonation_token_file: None,
     });
-    cfg.availability_interval = Duration::from_millis(300);
+    cfg.availability.interval = Duration::from_millis(300);
     let gw = w.gateway(cfg).await;
     let anonymous = w.client(None);
     let delegated = support::eventually(10, || async {

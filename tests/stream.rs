@@ -100,10 +100,11 @@ async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config:
         &world.addon_ca,
     );
     let mut cfg = world.config(&[]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert((HOST.to_string(), 443), vec![sample.addr]);
     if delegate {
-        cfg.delegate = Some(apigw::config::Delegate {
+        cfg.proxy.delegate = Some(apigw::config::Delegate {
             host: HOST.into(),
             port: 443,
             ca_file: Some(world.pki.path("addon-ca.crt")),
@@ -815,7 +816,10 @@ async fn backend_shutdown_ends_exec_sessions() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_ends_open_watches_cleanly_after_the_grace_period() {
-    let s = stack_configured(false, |cfg| cfg.shutdown_grace = Duration::from_millis(500)).await;
+    let s = stack_configured(false, |cfg| {
+        cfg.server.shutdown_grace = Duration::from_millis(500)
+    })
+    .await;
     let (_conn, mut watch) = s.watch(false, "watch=1").await;
     s.create("before").await;
     watch.expect("ADDED", "before").await;
@@ -840,7 +844,7 @@ async fn shutdown_ends_open_watches_cleanly_after_the_grace_period() {
 #[tokio::test(flavor = "multi_thread")]
 async fn short_requests_time_out_with_504_but_watches_do_not() {
     let s = stack_configured(false, |cfg| {
-        cfg.request_timeout = Duration::from_millis(300)
+        cfg.limits.request_timeout = Duration::from_millis(300)
     })
     .await;
     let (_conn, mut watch) = s.watch(false, "watch=1").await;

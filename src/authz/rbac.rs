@@ -48,6 +48,52 @@ struct Binding {
     subjects: Vec<Subject>,
 }
 
+/// Why a policy file could not be loaded. The message names the file, then the object and field.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {source}")]
+    Yaml {
+        file: String,
+        #[source]
+        source: crate::yaml::Error,
+    },
+    #[error("{file}: document {document}: kind: missing")]
+    MissingKind { file: String, document: usize },
+    #[error("{file}: {source}")]
+    Object {
+        file: String,
+        #[source]
+        source: ObjectError,
+    },
+}
+
+/// What is wrong with one RBAC object of a policy file.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error("{kind} {name}: {field}: {source}")]
+    Field {
+        kind: String,
+        name: String,
+        field: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{kind}: metadata.name: Required value")]
+    MissingName { kind: String },
+    #[error("{kind} {name}: metadata.namespace: Required value")]
+    MissingNamespace { kind: &'static str, name: String },
+    #[error("ClusterRoleBinding {name}: roleRef.kind: must be ClusterRole")]
+    ClusterRoleRef { name: String },
+    #[error("{name}: kind: {kind:?} is not an RBAC object (Role, ClusterRole, RoleBinding, ClusterRoleBinding)")]
+    NotRbac { name: String, kind: String },
+}
+
 /// A loaded policy.
 #[derive(Debug, Default, Clone)]
 pub struct Policy {
@@ -139,31 +185,45 @@ fn bootstrap() -> Vec<PolicyRule> {
 
 impl Policy {
     /// Loads a policy file; problems name the file, the document and the field.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(source) => return Err(PolicyError::Read { file, source }),
+        };
         Self::parse(&text, &file)
     }
 
-    pub fn parse(text: &str, file: &str) -> Result<Self, String> {
+    pub fn parse(text: &str, file: &str) -> Result<Self, PolicyError> {
         let mut policy = Policy::default();
         let mut objects = Vec::new();
         // Empty documents are skipped; "document N" counts the others.
-        let docs = crate::yaml::documents(text).map_err(|e| format!("{file}: {e}"))?;
+        let docs = crate::yaml::documents(text).map_err(|source| PolicyError::Yaml {
+            file: file.to_string(),
+            source,
+        })?;
         for (i, v) in docs.into_iter().enumerate() {
             match v.get("kind").and_then(Value::as_str) {
                 Some("List") => objects.extend(v["items"].as_array().cloned().unwrap_or_default()),
                 Some(_) => objects.push(v),
-                None => return Err(format!("{file}: document {}: kind: missing", i + 1)),
+                None => {
+                    return Err(PolicyError::MissingKind {
+                        file: file.to_string(),
+                        document: i + 1,
+                    })
+                }
             }
         }
         for obj in objects {
-            policy.add(&obj).map_err(|e| format!("{file}: {e}"))?;
+            policy.add(&obj).map_err(|source| PolicyError::Object {
+                file: file.to_string(),
+                source,
+            })?;
         }
         Ok(policy)
     }
 
-    fn add(&mut self, obj: &Value) -> Result<(), String> {
+    fn add(&mut self, obj: &Value) -> Result<(), ObjectError> {
         let kind = obj["kind"].as_str().unwrap_or_default();
         let name = obj["metadata"]["name"]
             .as_str()
@@ -173,17 +233,25 @@ impl Policy {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let at = |field: &str, e: serde_json::Error| format!("{kind} {name}: {field}: {e}");
+        let at = |field: &'static str, source: serde_json::Error| ObjectError::Field {
+            kind: kind.to_string(),
+            name: name.clone(),
+            field,
+            source,
+        };
+        let list = |field: &str| obj.get(field).cloned().unwrap_or(Value::Array(vec![]));
         if name.is_empty() {
-            return Err(format!("{kind}: metadata.name: Required value"));
+            return Err(ObjectError::MissingName {
+                kind: kind.to_string(),
+            });
         }
         match kind {
             "ClusterRole" | "Role" => {
                 let rules: Vec<PolicyRule> =
-                    serde_json::from_value(obj.get("rules").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| at("rules", e))?;
+                    serde_json::from_value(list("rules")).map_err(|e| at("rules", e))?;
                 if kind == "Role" {
                     if ns.is_empty() {
-                        return Err(format!("Role {name}: metadata.namespace: Required value"));
+                        return Err(ObjectError::MissingNamespace { kind: "Role", name });
                     }
                     self.roles.insert((ns, name), rules);
                 } else {
@@ -191,18 +259,35 @@ impl Policy {
                 }
             }
             "ClusterRoleBinding" | "RoleBinding" => {
-                let role: RoleRef = serde_json::from_value(obj["roleRef"].clone()).map_err(|e| at("roleRef", e))?;
+                let role: RoleRef =
+                    serde_json::from_value(obj["roleRef"].clone()).map_err(|e| at("roleRef", e))?;
                 let subjects: Vec<Subject> =
-                    serde_json::from_value(obj.get("subjects").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| at("subjects", e))?;
+                    serde_json::from_value(list("subjects")).map_err(|e| at("subjects", e))?;
                 if kind == "RoleBinding" && ns.is_empty() {
-                    return Err(format!("RoleBinding {name}: metadata.namespace: Required value"));
+                    return Err(ObjectError::MissingNamespace {
+                        kind: "RoleBinding",
+                        name,
+                    });
                 }
                 if kind == "ClusterRoleBinding" && role.kind != "ClusterRole" {
-                    return Err(format!("ClusterRoleBinding {name}: roleRef.kind: must be ClusterRole"));
+                    return Err(ObjectError::ClusterRoleRef { name });
                 }
-                self.bindings.push(Binding { namespace: if kind == "RoleBinding" { ns } else { String::new() }, role, subjects });
+                self.bindings.push(Binding {
+                    namespace: if kind == "RoleBinding" {
+                        ns
+                    } else {
+                        String::new()
+                    },
+                    role,
+                    subjects,
+                });
             }
-            other => return Err(format!("{name}: kind: {other:?} is not an RBAC object (Role, ClusterRole, RoleBinding, ClusterRoleBinding)")),
+            other => {
+                return Err(ObjectError::NotRbac {
+                    name,
+                    kind: other.to_string(),
+                })
+            }
         }
         Ok(())
     }
@@ -402,15 +487,29 @@ items:
     fn problems_name_the_object_and_field() {
         let e =
             Policy::parse("kind: Role\nmetadata: {name: r}\nrules: []\n", "p.yaml").unwrap_err();
-        assert_eq!(e, "p.yaml: Role r: metadata.namespace: Required value");
+        assert_eq!(
+            e.to_string(),
+            "p.yaml: Role r: metadata.namespace: Required value"
+        );
         let e = Policy::parse(
             "kind: ClusterRole\nmetadata: {name: r}\nrules: [{verbs: get}]\n",
             "p.yaml",
         )
         .unwrap_err();
+        assert!(matches!(e, PolicyError::Object { .. }), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = e.to_string();
         assert!(e.starts_with("p.yaml: ClusterRole r: rules: "), "{e}");
         let e = Policy::parse("kind: Secret\nmetadata: {name: s}\n", "p.yaml").unwrap_err();
-        assert!(e.contains("is not an RBAC object"), "{e}");
+        assert!(e.to_string().contains("is not an RBAC object"), "{e}");
+        let e = Policy::parse("metadata: {name: s}\n", "p.yaml").unwrap_err();
+        assert_eq!(e.to_string(), "p.yaml: document 1: kind: missing");
+        let e = Policy::load(Path::new("/nonexistent/policy.yaml")).unwrap_err();
+        assert!(matches!(e, PolicyError::Read { .. }), "{e:?}");
+        assert!(
+            e.to_string().starts_with("/nonexistent/policy.yaml: "),
+            "{e}"
+        );
     }
 
     /// The reference model of one rule, written from the RBAC documentation as plainly as

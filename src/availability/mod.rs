@@ -8,6 +8,8 @@
 //! APIService's version entry from it. Discovery serves the entry, else the converted
 //! APIResourceList (as `Stale` while the backend is down).
 
+mod settings;
+
 use crate::metrics::Metrics;
 use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use crate::proxy::Proxy;
@@ -214,7 +216,8 @@ async fn check(
         match aggregated_entry(proxy, &availability.discovery, svc, (cycle, timeout)).await {
             Ok(entry) => entry,
             Err(e) => {
-                tracing::debug!(apiservice = %svc.name, error = %e, "aggregated discovery not fetched");
+                let error = crate::errors::chain(&e);
+                tracing::debug!(apiservice = %svc.name, %error, "aggregated discovery not fetched");
                 kept()
             }
         }
@@ -240,6 +243,15 @@ async fn check(
     }
 }
 
+/// Why an APIService's aggregated discovery entry could not be fetched.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error(transparent)]
+    Backend(#[from] crate::errors::Status),
+    #[error(transparent)]
+    Fetch(#[from] crate::proxy::FetchError),
+}
+
 /// This APIService's version entry in its backend's aggregated `/apis`; None when the backend
 /// serves only legacy discovery, or its aggregated list lacks this group version (the
 /// APIResourceList of the check then stands in); an error when it could not be asked.
@@ -248,18 +260,15 @@ async fn aggregated_entry(
     fetcher: &Fetcher,
     svc: &ApiService,
     (cycle, timeout): (u64, Duration),
-) -> Result<Option<Arc<Value>>, String> {
+) -> Result<Option<Arc<Value>>, EntryError> {
     let Some(service) = &svc.service else {
         return Ok(None);
     };
-    let backend = proxy
-        .backend_for(svc)
-        .map_err(|s| s.message().to_string())?;
+    let backend = proxy.backend_for(svc)?;
     let key = format!("{}:{}", service.host(), service.port);
     let answer = fetcher
         .get(&key, &backend, "/apis", AGGREGATED_ACCEPT, cycle, timeout)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(match answer.as_ref() {
         Answer::Aggregated(index) => index.get(&svc.group, &svc.version).cloned(),
         Answer::Legacy(_) => None,
@@ -284,7 +293,7 @@ async fn probe(
         let text = e.to_string();
         let reason = if text.contains("no endpoints available") {
             "MissingEndpoints"
-        } else if text.contains("missing service port") {
+        } else if text.contains("no service port") {
             "ServicePortError"
         } else {
             "ServiceNotFound"

@@ -22,28 +22,40 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 /// The gateway's growth must stay under this (issue 3).
 pub const GROWTH_LIMIT_KIB: u64 = 8 * 1024;
 
+/// A size that `parse_size` does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{0:?} is not a size like 1GiB, 256MiB or 1048576")]
+    NotASize(String),
+    #[error("{text:?}: unknown unit {unit:?} (B, KiB, MiB, GiB)")]
+    UnknownUnit { text: String, unit: String },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
 /// `1GiB`, `512MiB`, `64KiB` or a number of bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let (number, unit) = t
         .find(|c: char| !c.is_ascii_digit())
         .map_or((t, ""), |i| t.split_at(i));
     let n: u64 = number
         .parse()
-        .map_err(|_| format!("{text:?} is not a size like 1GiB, 256MiB or 1048576"))?;
+        .map_err(|_| SizeError::NotASize(text.to_string()))?;
     let shift = match unit.trim() {
         "" | "B" => 0,
         "KiB" => 10,
         "MiB" => 20,
         "GiB" => 30,
         other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?} (B, KiB, MiB, GiB)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                text: text.to_string(),
+                unit: other.to_string(),
+            })
         }
     };
     n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{text:?} is too large"))
+        .ok_or_else(|| SizeError::TooLarge(text.to_string()))
 }
 
 /// A size for people: `1.00 GiB`, `32.0 MiB`.
@@ -179,13 +191,13 @@ async fn transfer(target: &Target, size: u64) -> Transfer {
     let sender = match load::connect(target, Proto::H1).await {
         Ok(s) => s,
         Err(e) => {
-            t.error = Some(e);
+            t.error = Some(e.to_string());
             return t;
         }
     };
     let warm = async {
         let req = load::request(target, &job(format!("{PAYLOAD}?bytes=1024")))?;
-        load::send(&sender, req).await.map_err(|e| e.to_string())
+        load::send(&sender, req).await
     };
     if let Err(e) = warm.await {
         t.error = Some(format!("warm-up request: {e}"));
@@ -213,7 +225,8 @@ async fn transfer(target: &Target, size: u64) -> Transfer {
 /// GETs the list on `sender` and counts its bytes without keeping them; the count, or the
 /// count so far and what went wrong.
 async fn read_list(target: &Target, sender: &Sender, size: u64) -> Result<u64, (u64, String)> {
-    let req = load::request(target, &job(format!("{LIST}?bytes={size}"))).map_err(|e| (0, e))?;
+    let req = load::request(target, &job(format!("{LIST}?bytes={size}")))
+        .map_err(|e| (0, e.to_string()))?;
     let Sender::H1(send) = sender else {
         return Err((0, "expected an HTTP/1.1 connection".into()));
     };
@@ -253,7 +266,10 @@ mod tests {
         assert_eq!(parse_size("256MiB"), Ok(256 << 20));
         assert_eq!(parse_size("64KiB"), Ok(64 << 10));
         assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("1GB").is_err());
+        assert_eq!(
+            parse_size("1GB").unwrap_err().to_string(),
+            "\"1GB\": unknown unit \"GB\" (B, KiB, MiB, GiB)"
+        );
         assert!(parse_size("x").is_err());
         assert!(parse_size("99999999999GiB").is_err());
     }

@@ -353,13 +353,11 @@ pub async fn wait_ready(target: &Target, path: &str, proc: &mut Proc) -> anyhow:
         }
         let attempt = async {
             let sender = load::connect(target, Proto::H1).await?;
-            load::send(&sender, load::request(target, &job)?)
-                .await
-                .map_err(|e| e.to_string())
+            load::send(&sender, load::request(target, &job)?).await
         };
         match tokio::time::timeout(Duration::from_secs(5), attempt).await {
             Ok(Ok(_)) => return Ok(()),
-            Ok(Err(e)) => last = e,
+            Ok(Err(e)) => last = e.to_string(),
             Err(_) => last = "no answer within 5 s".into(),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

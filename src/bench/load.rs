@@ -89,23 +89,50 @@ pub enum Sender {
     H2(http2::SendRequest<Full<Bytes>>),
 }
 
+/// Why a client connection could not be opened or a request not built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("connect {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS handshake with {addr}: {source}")]
+    Tls {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `version` is `HTTP/1.1` or `HTTP/2`.
+    #[error("{version} handshake: {source}")]
+    Handshake {
+        version: &'static str,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("building the request: {0}")]
+    Request(#[source] http::Error),
+}
+
 /// TCP connect and TLS handshake to `target` with `tls`.
 pub async fn connect_tls(
     target: &Target,
     tls: &Arc<ClientConfig>,
-) -> Result<TlsStream<TcpStream>, String> {
-    let tcp = TcpStream::connect(target.addr)
+) -> Result<TlsStream<TcpStream>, ClientError> {
+    let addr = target.addr;
+    let tcp = TcpStream::connect(addr)
         .await
-        .map_err(|e| format!("connect {}: {e}", target.addr))?;
+        .map_err(|source| ClientError::Connect { addr, source })?;
     let _ = tcp.set_nodelay(true);
     TlsConnector::from(tls.clone())
         .connect(target.server_name.clone(), tcp)
         .await
-        .map_err(|e| format!("TLS handshake with {}: {e}", target.addr))
+        .map_err(|source| ClientError::Tls { addr, source })
 }
 
 /// Opens one connection speaking `proto`.
-pub async fn connect(target: &Target, proto: Proto) -> Result<Sender, String> {
+pub async fn connect(target: &Target, proto: Proto) -> Result<Sender, ClientError> {
     let tls = match proto {
         Proto::H1 => &target.h1,
         Proto::H2 => &target.h2,
@@ -113,9 +140,13 @@ pub async fn connect(target: &Target, proto: Proto) -> Result<Sender, String> {
     let io = TokioIo::new(connect_tls(target, tls).await?);
     match proto {
         Proto::H1 => {
-            let (send, conn) = http1::handshake(io)
-                .await
-                .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
+            let (send, conn) =
+                http1::handshake(io)
+                    .await
+                    .map_err(|source| ClientError::Handshake {
+                        version: "HTTP/1.1",
+                        source,
+                    })?;
             tokio::spawn(conn);
             Ok(Sender::H1(Arc::new(tokio::sync::Mutex::new(send))))
         }
@@ -125,7 +156,10 @@ pub async fn connect(target: &Target, proto: Proto) -> Result<Sender, String> {
                 .initial_connection_window_size(8 << 20)
                 .handshake(io)
                 .await
-                .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+                .map_err(|source| ClientError::Handshake {
+                    version: "HTTP/2",
+                    source,
+                })?;
             tokio::spawn(conn);
             Ok(Sender::H2(send))
         }
@@ -133,7 +167,7 @@ pub async fn connect(target: &Target, proto: Proto) -> Result<Sender, String> {
 }
 
 /// Builds the request of `job` for `target`.
-pub fn request(target: &Target, job: &Job) -> Result<Request<Full<Bytes>>, String> {
+pub fn request(target: &Target, job: &Job) -> Result<Request<Full<Bytes>>, ClientError> {
     // HTTP/2 carries the authority in the request line (`:authority`); HTTP/1.1 in `Host`.
     let mut builder = match job.proto {
         Proto::H1 => Request::builder()
@@ -155,31 +189,25 @@ pub fn request(target: &Target, job: &Job) -> Result<Request<Full<Bytes>>, Strin
     }
     builder
         .body(Full::new(job.body.clone()))
-        .map_err(|e| format!("building the request: {e}"))
+        .map_err(ClientError::Request)
 }
 
 /// Why a request did not succeed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// The server had closed the idle connection before the request left (a keep-alive limit
     /// or timeout): nothing was sent; a client opens a new connection and sends it there.
+    #[error("connection closed by the server while idle")]
     Closed,
-    Failed(String),
-}
-
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Closed => f.write_str("connection closed by the server while idle"),
-            Self::Failed(e) => f.write_str(e),
-        }
-    }
-}
-
-impl From<String> for SendError {
-    fn from(e: String) -> Self {
-        Self::Failed(e)
-    }
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Worded with the hyper error's causes.
+    #[error("request: {}", crate::errors::chain(.0))]
+    Request(#[source] hyper::Error),
+    #[error("reading the body: {0}")]
+    Body(#[source] hyper::Error),
+    #[error("status {0}")]
+    Status(StatusCode),
 }
 
 /// Sends one request and reads the whole answer; returns the body length.
@@ -196,28 +224,20 @@ pub async fn send(sender: &Sender, req: Request<Full<Bytes>>) -> Result<usize, S
             send.send_request(req).await
         }
     }
-    .map_err(|e| SendError::Failed(request_error(&e)))?;
+    .map_err(SendError::Request)?;
     let status = res.status();
     let mut body = res.into_body();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| SendError::Failed(format!("reading the body: {e}")))?;
+        let frame = frame.map_err(SendError::Body)?;
         if let Some(data) = frame.data_ref() {
             len += data.len();
         }
     }
     if status != StatusCode::OK && status != StatusCode::CREATED {
-        return Err(SendError::Failed(format!("status {status}")));
+        return Err(SendError::Status(status));
     }
     Ok(len)
-}
-
-/// A hyper client error with its causes.
-fn request_error(e: &hyper::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(cause) => format!("request: {e}: {}", crate::errors::chain(cause)),
-        None => format!("request: {e}"),
-    }
 }
 
 /// What one worker saw.
@@ -247,7 +267,7 @@ pub async fn run(target: &Target, job: &Job) -> Measured {
             for _ in 0..conns {
                 match connect(target, Proto::H2).await {
                     Ok(s) => out.push(s),
-                    Err(e) => return failed(e),
+                    Err(e) => return failed(e.to_string()),
                 }
             }
             out
@@ -308,7 +328,7 @@ async fn worker(
                     s
                 }
                 Err(e) => {
-                    tally.error(e);
+                    tally.error(e.to_string());
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -317,7 +337,7 @@ async fn worker(
         let req = match request(target, job) {
             Ok(r) => r,
             Err(e) => {
-                tally.error(e);
+                tally.error(e.to_string());
                 return tally;
             }
         };
@@ -335,8 +355,8 @@ async fn worker(
             }
             Ok(Ok(_)) => {}
             Ok(Err(SendError::Closed)) => sender = None,
-            Ok(Err(SendError::Failed(e))) => {
-                tally.error(e);
+            Ok(Err(e)) => {
+                tally.error(e.to_string());
                 sender = None;
                 // A target that fails every request must not be flooded (nor the report).
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -141,13 +141,11 @@ pub async fn discovery(
 /// One GET of `job.path`, returning the body.
 pub(super) async fn fetch(target: &Target, job: &Job) -> anyhow::Result<Vec<u8>> {
     use http_body_util::BodyExt;
-    let sender = load::connect(target, Proto::H1)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let sender = load::connect(target, Proto::H1).await?;
     let load::Sender::H1(send) = sender else {
         anyhow::bail!("expected an HTTP/1.1 connection");
     };
-    let req = load::request(target, job).map_err(anyhow::Error::msg)?;
+    let req = load::request(target, job)?;
     let res = send.lock().await.send_request(req).await?;
     anyhow::ensure!(
         res.status().is_success(),
@@ -198,7 +196,7 @@ async fn handshake_run(target: &Target, job: &Job) -> (Measured, f64) {
                         resumed.fetch_add(u64::from(was_resumed), Ordering::Relaxed);
                     }
                     Ok(_) => {}
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.to_string()),
                 }
             }
             (lat, errors)
@@ -222,17 +220,20 @@ async fn handshake_run(target: &Target, job: &Job) -> (Measured, f64) {
 }
 
 /// One connection: returns whether the TLS session was resumed.
-async fn one_handshake(target: &Target, job: &Job) -> Result<bool, String> {
+async fn one_handshake(target: &Target, job: &Job) -> Result<bool, load::SendError> {
     let tls = load::connect_tls(target, &target.h1).await?;
     let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     let io = hyper_util::rt::TokioIo::new(tls);
     let (send, conn) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(|e| format!("HTTP/1.1 handshake: {e}"))?;
+        .map_err(|source| load::ClientError::Handshake {
+            version: "HTTP/1.1",
+            source,
+        })?;
     let conn = tokio::spawn(conn);
     let sender = load::Sender::H1(Arc::new(tokio::sync::Mutex::new(send)));
     let result = load::send(&sender, load::request(target, job)?).await;
     drop(sender);
     let _ = conn.await;
-    result.map(|_| resumed).map_err(|e| e.to_string())
+    result.map(|_| resumed)
 }

@@ -38,23 +38,38 @@ fn job(method: Method, path: String, body: Bytes) -> Job {
     }
 }
 
+/// Why a watch could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum WatchError {
+    #[error("idle watches need an HTTP/2 connection")]
+    NotHttp2,
+    #[error("connection: {0}")]
+    Connection(#[source] hyper::Error),
+    #[error(transparent)]
+    Client(#[from] load::ClientError),
+    #[error("watch request: {0}")]
+    Request(#[source] hyper::Error),
+    #[error("watch: status {0}")]
+    Status(http::StatusCode),
+}
+
 /// Opens one watch and returns its response once the head has arrived.
 async fn open(
     sender: &Sender,
     target: &Target,
     job: &Job,
-) -> Result<http::Response<Incoming>, String> {
+) -> Result<http::Response<Incoming>, WatchError> {
     let Sender::H2(send) = sender else {
-        return Err("idle watches need an HTTP/2 connection".into());
+        return Err(WatchError::NotHttp2);
     };
     let mut send = send.clone();
-    send.ready().await.map_err(|e| format!("connection: {e}"))?;
+    send.ready().await.map_err(WatchError::Connection)?;
     let res = send
         .send_request(load::request(target, job)?)
         .await
-        .map_err(|e| format!("watch request: {e}"))?;
+        .map_err(WatchError::Request)?;
     if !res.status().is_success() {
-        return Err(format!("watch: status {}", res.status()));
+        return Err(WatchError::Status(res.status()));
     }
     Ok(res)
 }
@@ -72,7 +87,7 @@ pub async fn idle(apigw: &Target, backend_pid: u32, n: usize) -> Vec<Figure> {
     for _ in 0..n.div_ceil(STREAMS_PER_CONN) {
         match load::connect(apigw, Proto::H2).await {
             Ok(s) => senders.push(s),
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(e.to_string()),
         }
     }
     let started = Instant::now();
@@ -84,7 +99,7 @@ pub async fn idle(apigw: &Target, backend_pid: u32, n: usize) -> Vec<Figure> {
         let (target, job) = (apigw.clone(), job.clone());
         tasks.push(tokio::spawn(async move {
             match tokio::time::timeout(OPEN_TIMEOUT, open(&sender, &target, &job)).await {
-                Ok(result) => result,
+                Ok(result) => result.map_err(|e| e.to_string()),
                 Err(_) => Err(format!("watch not answered within {OPEN_TIMEOUT:?}")),
             }
         }));
@@ -145,13 +160,10 @@ pub async fn seed(direct: &Target) -> anyhow::Result<()> {
         Bytes::from(body.to_string()),
     );
     job.proto = Proto::H1;
-    let sender = load::connect(direct, Proto::H1)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let req = load::request(direct, &job).map_err(anyhow::Error::msg)?;
+    let sender = load::connect(direct, Proto::H1).await?;
+    let req = load::request(direct, &job)?;
     load::send(&sender, req)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
         .context("creating the flunder the watches see first")?;
     Ok(())
 }
@@ -181,12 +193,15 @@ async fn first_events(target: &Target, job: &Job, runs: usize) -> (Vec<Duration>
     let mut errors = Vec::new();
     let sender = match load::connect(target, Proto::H2).await {
         Ok(s) => s,
-        Err(e) => return (latencies, vec![e]),
+        Err(e) => return (latencies, vec![e.to_string()]),
     };
     for _ in 0..runs {
         let began = Instant::now();
         let attempt = async {
-            let mut body = open(&sender, target, job).await?.into_body();
+            let mut body = open(&sender, target, job)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_body();
             loop {
                 match body.frame().await {
                     Some(Ok(frame)) if frame.data_ref().is_some_and(|d| !d.is_empty()) => {

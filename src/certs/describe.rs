@@ -7,6 +7,7 @@
 use serde::Serialize;
 use std::net::IpAddr;
 use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::error::X509Error;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::{FromDer, X509Certificate};
 use x509_parser::x509::SubjectPublicKeyInfo;
@@ -90,10 +91,18 @@ impl CertInfo {
     }
 }
 
+/// DER bytes that are not what they were read as.
+#[derive(Debug, thiserror::Error)]
+pub enum DescribeError {
+    #[error("not an X.509 certificate: {0}")]
+    Certificate(#[source] x509_parser::nom::Err<X509Error>),
+    #[error("not a certificate request: {0}")]
+    Request(#[source] x509_parser::nom::Err<X509Error>),
+}
+
 /// Describes a DER certificate found at `place`.
-pub fn describe_cert(der: &[u8], place: Place) -> Result<CertInfo, String> {
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|e| format!("not an X.509 certificate: {e}"))?;
+pub fn describe_cert(der: &[u8], place: Place) -> Result<CertInfo, DescribeError> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(DescribeError::Certificate)?;
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
     let validity = cert.validity();
     let (nb, na) = (
@@ -134,9 +143,8 @@ pub fn describe_cert(der: &[u8], place: Place) -> Result<CertInfo, String> {
 }
 
 /// Describes a DER certificate signing request.
-pub fn describe_csr(der: &[u8]) -> Result<CsrInfo, String> {
-    let (_, csr) = X509CertificationRequest::from_der(der)
-        .map_err(|e| format!("not a certificate request: {e}"))?;
+pub fn describe_csr(der: &[u8]) -> Result<CsrInfo, DescribeError> {
+    let (_, csr) = X509CertificationRequest::from_der(der).map_err(DescribeError::Request)?;
     let mut sans = Vec::new();
     for ext in csr.requested_extensions().into_iter().flatten() {
         if let ParsedExtension::SubjectAlternativeName(san) = ext {

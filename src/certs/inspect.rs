@@ -4,7 +4,7 @@
 //! `-` reads standard input, so `kubectl get apiservice X -o jsonpath='{.spec.caBundle}'`
 //! can be piped in.
 
-use super::describe::{describe_cert, describe_csr, CertInfo, CsrInfo, Place};
+use super::describe::{describe_cert, describe_csr, CertInfo, CsrInfo, DescribeError, Place};
 use base64::Engine;
 use rustls::pki_types::pem::{PemObject, SectionKind};
 use serde::Serialize;
@@ -165,10 +165,10 @@ fn read_der(bytes: &[u8], in_ca_bundle: bool, report: &mut FileReport) {
     }
 }
 
-fn push(report: &mut FileReport, item: Result<Item, String>) {
+fn push(report: &mut FileReport, item: Result<Item, DescribeError>) {
     match item {
         Ok(item) => report.items.push(item),
-        Err(e) => report.errors.push(e),
+        Err(e) => report.errors.push(e.to_string()),
     }
 }
 

@@ -28,15 +28,11 @@ pub struct LeaseSettings {
 impl LeaseSettings {
     /// client-go's defaults (15 s, 10 s, 2 s) with [`default_identity`].
     pub fn new(namespace: &str, name: &str) -> Self {
-        Self::with_timing(namespace, name, &crate::config::LeaderElection::default())
+        Self::with_timing(namespace, name, &super::LeaderElection::default())
     }
 
     /// The timing of `--leader-elect-*` with [`default_identity`].
-    pub fn with_timing(
-        namespace: &str,
-        name: &str,
-        timing: &crate::config::LeaderElection,
-    ) -> Self {
+    pub fn with_timing(namespace: &str, name: &str, timing: &super::LeaderElection) -> Self {
         Self {
             namespace: namespace.to_string(),
             name: name.to_string(),

@@ -18,6 +18,8 @@ pub mod client;
 pub mod lease;
 pub mod sar;
 pub mod services;
+mod settings;
+pub use settings::{ClusterSettings, LeaderElection};
 pub mod status;
 pub mod tokenreview;
 

@@ -2,12 +2,14 @@
 //! `authorization.k8s.io/v1` SubjectAccessReview (resource attributes for resource requests,
 //! non-resource attributes otherwise). Answers are cached, keyed by a digest of the review's
 //! spec: allowed for 5 minutes and denied for 30 seconds, kube-apiserver's defaults for
-//! `--authorization-webhook-cache-authorized-ttl` and `-unauthorized-ttl`.
+//! `--authorization-webhook-cache-authorized-ttl` and `-unauthorized-ttl`. Implements
+//! [`crate::authz::AccessReview`], through which the authorizer asks it.
 
 use super::cache::{digest, TtlCache};
 use super::ClusterError;
 use crate::authn::Identity;
 use crate::authz::Attributes;
+pub use crate::authz::Decision;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -30,15 +32,6 @@ impl Default for SarSettings {
             capacity: 10_000,
         }
     }
-}
-
-/// The cluster's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// An explicit denial: no other authorizer may allow.
-    pub denied: bool,
-    pub reason: String,
 }
 
 /// Asks the cluster whether a request is allowed.
@@ -84,6 +77,20 @@ impl SubjectAccessReviewer {
         };
         self.cache.insert(key, decision.clone(), ttl);
         Ok(decision)
+    }
+}
+
+impl crate::authz::AccessReview for SubjectAccessReviewer {
+    fn review<'a>(
+        &'a self,
+        id: &'a Identity,
+        a: &'a Attributes,
+    ) -> crate::authn::BoxFuture<'a, Result<Decision, crate::body::BoxError>> {
+        Box::pin(async move {
+            SubjectAccessReviewer::review(self, id, a)
+                .await
+                .map_err(Into::into)
+        })
     }
 }
 

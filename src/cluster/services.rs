@@ -5,6 +5,7 @@
 //! Services and EndpointSlices come from reflector caches, so resolving asks the API server
 //! nothing. Errors read as upstream's.
 
+use crate::body::BoxError;
 use crate::proxy::{parse_host, ResolveService};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -109,19 +110,8 @@ impl ServiceResolver {
         tokio::time::timeout(limit, all).await.unwrap_or(false)
     }
 
-    /// The addresses for `host:port`, with a message as upstream words it.
-    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-        self.resolve_detailed(host, port)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    /// The addresses for `host:port`, or why not.
-    pub async fn resolve_detailed(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<Vec<SocketAddr>, ResolveError> {
+    /// The addresses for `host:port`, or why not (worded as upstream words it).
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
         let (name, ns) =
             parse_host(host).ok_or_else(|| ResolveError::NotServiceHost(host.into()))?;
         // Early requests wait briefly for the caches instead of failing as "not present".
@@ -148,8 +138,8 @@ impl ResolveService for ServiceResolver {
         &'a self,
         host: &'a str,
         port: u16,
-    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, String>> {
-        Box::pin(self.resolve(host, port))
+    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, BoxError>> {
+        Box::pin(async move { Ok(self.resolve(host, port).await?) })
     }
 }
 

@@ -1,7 +1,8 @@
 //! Delegated authentication: `Authorization: Bearer` tokens checked with an
 //! `authentication.k8s.io/v1` TokenReview. Answers, both accepted and refused, are cached for
 //! a short time keyed by the token's SHA-256 (the token itself is never stored); failures to
-//! reach the API server are not cached.
+//! reach the API server are not cached. Implements [`crate::authn::TokenReview`], through
+//! which the authenticator asks it.
 
 use super::cache::{digest, TtlCache};
 use super::ClusterError;
@@ -81,6 +82,15 @@ impl TokenReviewer {
         };
         self.cache.insert(key, identity.clone(), ttl);
         Ok(identity)
+    }
+}
+
+impl crate::authn::TokenReview for TokenReviewer {
+    fn review<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> crate::authn::BoxFuture<'a, Result<Option<Identity>, crate::body::BoxError>> {
+        Box::pin(async move { TokenReviewer::review(self, token).await.map_err(Into::into) })
     }
 }
 

@@ -148,7 +148,7 @@ pub struct Ctx {
 
 /// The shared context: resolver, trust fallback and proxy client certificate as configured.
 fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
-    let (default_roots, default_roots_name) = match &cfg.service_ca {
+    let (default_roots, default_roots_name) = match &cfg.proxy.service_ca {
         Some(path) => (
             crate::tls::load_certs(path).map_err(|e| {
                 Step::failed(
@@ -167,17 +167,18 @@ fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
     };
     // A broken pair is reported by own_certs; the walks then go without a client certificate.
     let proxy_cert = cfg
+        .proxy
         .proxy_client
         .as_ref()
         .and_then(|(crt, key)| crate::tls::ReloadingCert::load(crt, key).ok());
     Ok(Ctx {
-        resolver: crate::proxy::Resolver::new(cfg.resolve.clone()),
-        timeout: cfg.availability_timeout,
+        resolver: crate::proxy::Resolver::new(cfg.proxy.resolve.clone()),
+        timeout: cfg.availability.timeout,
         default_roots,
         default_roots_name,
-        default_ca_file: cfg.service_ca.clone(),
+        default_ca_file: cfg.proxy.service_ca.clone(),
         proxy_cert,
-        proxy_paths: cfg.proxy_client.clone(),
+        proxy_paths: cfg.proxy.proxy_client.clone(),
         ca_dir: opts.ca_dir.clone(),
     })
 }

@@ -16,7 +16,7 @@ pub fn check(cfg: &Config) -> Vec<Step> {
         &cfg.tls_key,
         Role::Serving,
     )];
-    match &cfg.proxy_client {
+    match &cfg.proxy.proxy_client {
         Some((crt, key)) => steps.push(pair_step("proxy-client-cert-file", crt, key, Role::ProxyClient)),
         None => steps.push(Step::warning(
             "proxy-client-cert-file",
@@ -66,7 +66,7 @@ fn pair_step(check: &'static str, crt: &Path, key: &Path, role: Role) -> Step {
     let described = chain
         .first()
         .ok_or_else(|| "no certificate".to_string())
-        .and_then(|leaf| describe_cert(leaf.as_ref(), Place::default()));
+        .and_then(|leaf| describe_cert(leaf.as_ref(), Place::default()).map_err(|e| e.to_string()));
     let info = match described {
         Ok(info) => info,
         Err(e) => {

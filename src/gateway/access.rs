@@ -13,9 +13,9 @@
 
 use crate::audit::{Auditor, Outcome};
 use crate::authn::Identity;
-use crate::authz::Attributes;
 use crate::body::{Body, BoxError};
 use crate::metrics::Metrics;
+use crate::request_kind::RequestInfo;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Frame, SizeHint};
@@ -31,12 +31,12 @@ pub struct Record {
     pub metrics: Arc<Metrics>,
     /// With an audit log only: what the audit event needs besides the rest.
     pub audit: Option<Audit>,
-    pub remote: std::net::SocketAddr,
+    /// The request as the gateway saw it before authentication.
+    pub info: RequestInfo,
     /// The identity the request acted as, once authenticated.
     pub identity: Option<Identity>,
     /// The authenticated user, when `identity` is an impersonated one.
     pub real: Option<Identity>,
-    pub attrs: Attributes,
     /// The `verb` label of the request metrics ([`crate::metrics::verb`]).
     pub metrics_verb: &'static str,
     /// The request's group version is one the gateway serves: its path may name the metric
@@ -51,11 +51,6 @@ pub struct Record {
     pub outcome: Option<Outcome>,
     /// Response body bytes handed to the connection.
     pub bytes: u64,
-    /// Long-running kinds are counted apart and end with the shutdown grace period.
-    pub kind: crate::request_kind::RequestKind,
-    pub start: Instant,
-    /// Not long-running: when the response must be complete; it is cut then.
-    pub deadline: Option<Instant>,
     /// For long-running requests: cancelled when the shutdown grace period is over.
     pub closing: Option<CancellationToken>,
     /// Released when the request ends.
@@ -75,8 +70,8 @@ impl Record {
     /// logged when `body` ends or is dropped.
     pub fn wrap(mut self, status: StatusCode, body: Body) -> Body {
         self.status = Some(status);
-        self.count(Some(self.start.elapsed().as_secs_f64()));
-        self.metrics.in_flight(self.kind.long_running()).inc();
+        self.count(Some(self.info.start.elapsed().as_secs_f64()));
+        self.metrics.in_flight(self.info.kind.long_running()).inc();
         let closing = self
             .closing
             .take()
@@ -84,7 +79,7 @@ impl Record {
         // Cut at the deadline even while nothing polls the body; outside the server's
         // connections (nothing to cut), the body itself fails at its first poll past it. Not
         // the 504 of a request already past its deadline.
-        let deadline = self.deadline.filter(|_| self.outcome.is_none());
+        let deadline = self.info.deadline.filter(|_| self.outcome.is_none());
         let armed =
             deadline.and_then(|at| crate::server::cut::arm(tokio::time::Instant::from_std(at)));
         let fallback = if armed.is_none() { deadline } else { None };
@@ -112,7 +107,7 @@ impl Record {
             authenticated: self.identity.is_some() && !(anonymous && matches!(code, 401 | 403)),
         };
         let labels =
-            crate::metrics::RequestLabels::new(self.metrics_verb, &self.attrs, bound, code);
+            crate::metrics::RequestLabels::new(self.metrics_verb, &self.info.attrs, bound, code);
         self.metrics.request(&labels, code, elapsed);
     }
 
@@ -127,30 +122,30 @@ impl Drop for Record {
     fn drop(&mut self) {
         let outcome = *self.outcome.get_or_insert(Outcome::ClientGone);
         match self.status {
-            Some(_) => self.metrics.in_flight(self.kind.long_running()).dec(),
+            Some(_) => self.metrics.in_flight(self.info.kind.long_running()).dec(),
             // Never counted at a response head: count it now.
             None => self.count(None),
         }
         let code = self.code();
         tracing::info!(
             target: "apigw::access",
-            remote = %self.remote,
+            remote = %self.info.client,
             user = self.identity.as_ref().map_or("", |i| i.user.as_str()),
-            verb = %self.attrs.verb,
-            path = %self.attrs.path,
+            verb = %self.info.attrs.verb,
+            path = %self.info.attrs.path,
             code,
             bytes = self.bytes,
-            duration_ms = duration_ms(self.start.elapsed()),
+            duration_ms = duration_ms(self.info.start.elapsed()),
             apiservice = self.apiservice.as_deref().unwrap_or(""),
             outcome = %outcome,
         );
         if let Some(audit) = &self.audit {
             audit.auditor.record(&crate::audit::Request {
-                attrs: &self.attrs,
+                attrs: &self.info.attrs,
                 uri: &audit.uri,
                 identity: self.identity.as_ref(),
                 real: self.real.as_ref(),
-                source: self.remote.ip(),
+                source: self.info.client.ip(),
                 user_agent: audit.user_agent.as_deref(),
                 code,
                 outcome,
@@ -234,7 +229,7 @@ impl Drop for Logged {
         if r.outcome.is_none() {
             r.outcome = Some(if ended {
                 Outcome::Completed
-            } else if r.deadline.is_some_and(|at| Instant::now() >= at) {
+            } else if r.info.deadline.is_some_and(|at| Instant::now() >= at) {
                 Outcome::Timeout
             } else {
                 Outcome::ClientGone

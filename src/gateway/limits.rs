@@ -48,13 +48,14 @@ fn give_back(map: &Mutex<HashMap<IpAddr, usize>>, client: IpAddr) {
     }
 }
 
-/// The 429 kube-apiserver answers.
-pub fn too_many() -> Status {
+/// The 429 kube-apiserver answers, with its `Retry-After`.
+fn too_many() -> Status {
     Status::new(
         http::StatusCode::TOO_MANY_REQUESTS,
         "TooManyRequests",
         "Too many requests, please try again later.",
     )
+    .with_retry_after(1)
 }
 
 impl Limits {

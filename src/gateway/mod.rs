@@ -1,47 +1,42 @@
-//! The request pipeline of the front door: the request's host ([`host`]) -> health and version
-//! (public) -> admission limits -> authenticate -> authorize -> route ([`routes`]), with a
-//! timeout on requests that are not long-running ([`RequestKind`]), and an access line and
-//! metrics per request ([`access`]). Also owns start-up ([`Gateway::build`] loads every file
-//! the configuration names) and the run loop with graceful shutdown ([`run`]).
+//! The front door: [`Gateway`] holds what every request may need, [`GatewayService`] runs the
+//! request pipeline (its phases are described in `pipeline`), [`routes`] decides where an
+//! admitted request goes, and [`access`] logs it. Also owns start-up ([`Gateway::build`] loads
+//! every file the configuration names) and the run loop with graceful shutdown ([`run`]).
 
 mod access;
 mod health;
 mod host;
 mod limits;
 mod paths;
+mod pipeline;
 mod protobuf;
 mod reviews;
 mod routes;
+#[cfg(test)]
+mod tests;
 mod version;
 
 pub use health::Health;
+pub use pipeline::{GatewayService, ResponseFuture};
 
 use crate::apiservices::ApiServices;
-use crate::authn::Identity;
-use crate::authn::{
-    Authenticator, CertAuthenticator, PeerIdentity, RequestHeaderConfig, TokenFile,
-};
-use crate::authz::{impersonation, Attributes, Authorizer};
+use crate::authn::{Authenticator, CertAuthenticator, IdentityHeaders, TokenFile};
+use crate::authz::Authorizer;
 use crate::availability::{self, Availability};
 use crate::body::Body;
 use crate::config::Config;
 use crate::discovery;
-use crate::errors::Status;
 use crate::metrics::Metrics;
-use crate::proxy::{ConfiguredHeaders, DelegateSettings, Inbound, Proxy, ProxySettings, Resolver};
+use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
-use crate::request_kind::RequestKind;
 use crate::server::ConnInfo;
 use crate::tls::{self, ReloadingCert};
 use anyhow::Context as _;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Everything a request may need, shared by all connections.
 pub struct Gateway {
@@ -51,10 +46,6 @@ pub struct Gateway {
     pub health: Health,
     audit: Option<Arc<crate::audit::Auditor>>,
     limits: Arc<limits::Limits>,
-    /// Cluster mode: bearer tokens the token file does not know are asked of TokenReview.
-    token_reviewer: std::sync::OnceLock<crate::cluster::tokenreview::TokenReviewer>,
-    /// Cluster mode with `Webhook`: SubjectAccessReview for what no other mode allows.
-    access_reviewer: std::sync::OnceLock<crate::cluster::sar::SubjectAccessReviewer>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -69,12 +60,6 @@ pub struct Gateway {
     expiring: Vec<(&'static str, Arc<ReloadingCert>)>,
 }
 
-/// A request turned away: who it was (if known) and the Status to answer.
-struct Refused {
-    identity: Option<Box<Identity>>,
-    status: Status,
-}
-
 /// What `build` returns besides the gateway: the TLS config and the files to watch.
 pub struct Built {
     pub gateway: Arc<Gateway>,
@@ -82,7 +67,13 @@ pub struct Built {
     pub reloading: Vec<Arc<ReloadingCert>>,
 }
 
-type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+/// The first problem a settings loader found: `serve` stops at it, as `check` lists them all.
+fn first_problem<E: std::error::Error + Send + Sync + 'static>(problems: Vec<E>) -> anyhow::Error {
+    problems.into_iter().next().map_or_else(
+        || anyhow::anyhow!("loading the configured files failed"),
+        anyhow::Error::new,
+    )
+}
 
 impl Gateway {
     /// Loads every certificate, key and token file the configuration names.
@@ -90,27 +81,11 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let certs = CertAuthenticator::load(cfg.cert_sources())?;
-        let mut authn = Authenticator {
-            anonymous: cfg.anonymous,
-            ..Default::default()
-        };
-        let mut configured_headers = ConfiguredHeaders::default();
-        if let Some(rh) = &cfg.request_header {
-            authn.request_header = Some(RequestHeaderConfig {
-                username_headers: rh.username_headers.clone(),
-                group_headers: rh.group_headers.clone(),
-                extra_prefixes: rh.extra_prefixes.clone(),
-            });
-            configured_headers = ConfiguredHeaders::new(
-                rh.username_headers.iter().chain(&rh.group_headers),
-                &rh.extra_prefixes,
-            );
-        }
-        if let Some(path) = &cfg.token_file {
-            authn.tokens = Some(arc_swap::ArcSwap::from_pointee(TokenFile::load(path)?));
-        }
-        let proxy_cert = match &cfg.proxy_client {
+        let crate::authn::AuthnFiles { certs, tokens } = cfg.authn.load().map_err(first_problem)?;
+        // One identity-header policy: authentication reads with it, the proxy strips with it.
+        let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
+        let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous);
+        let proxy_cert = match &cfg.proxy.proxy_client {
             Some((cert, key)) => {
                 let c = ReloadingCert::load(cert, key)?;
                 reloading.push(c.clone());
@@ -119,37 +94,34 @@ impl Gateway {
             }
             None => None,
         };
-        let default_roots = match &cfg.service_ca {
-            Some(path) => tls::load_certs(path)?,
-            None => rustls_native_certs::load_native_certs().certs,
-        };
-        let delegate = match &cfg.delegate {
-            Some(d) => {
-                let cas = match &d.ca_file {
-                    Some(path) => tls::load_certs(path)?,
-                    None => default_roots.clone(),
-                };
-                Some(DelegateSettings {
-                    host: d.host.clone(),
-                    port: d.port,
-                    cas,
-                    impersonation_token_file: d.impersonation_token_file.clone(),
-                })
-            }
+        let cas = cfg.proxy.load_cas().map_err(first_problem)?;
+        let default_roots = cas
+            .service
+            .unwrap_or_else(|| rustls_native_certs::load_native_certs().certs);
+        let delegate = match &cfg.proxy.delegate {
+            Some(d) => Some(DelegateSettings {
+                host: d.host.clone(),
+                port: d.port,
+                cas: cas
+                    .delegate
+                    .clone()
+                    .unwrap_or_else(|| default_roots.clone()),
+                impersonation_token_file: d.impersonation_token_file.clone(),
+            }),
             None => None,
         };
         let metrics = Arc::new(Metrics::default());
         let closing = tokio_util::sync::CancellationToken::new();
         let proxy = Proxy::new(ProxySettings {
-            resolver: Resolver::new(cfg.resolve.clone()),
+            resolver: Resolver::new(cfg.proxy.resolve.clone()),
             proxy_cert,
             default_roots,
             delegate,
-            configured_headers,
+            identity_headers,
             metrics: metrics.clone(),
             closing: closing.clone(),
-            drop_groups: cfg.backend_drop_groups.clone(),
-            max_body: cfg.max_request_body_bytes,
+            drop_groups: cfg.proxy.drop_groups.clone(),
+            max_body: cfg.limits.max_request_body_bytes,
         })
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
@@ -158,9 +130,10 @@ impl Gateway {
             availability: Arc::default(),
             metrics,
             health: Health::default(),
-            token_reviewer: std::sync::OnceLock::new(),
-            access_reviewer: std::sync::OnceLock::new(),
-            limits: limits::Limits::new(cfg.limits.0, cfg.limits.1),
+            limits: limits::Limits::new(
+                cfg.limits.max_inflight,
+                cfg.limits.max_inflight_per_client,
+            ),
             audit: match &cfg.audit {
                 Some(settings) => Some(Arc::new(
                     crate::audit::Auditor::start(settings.clone())
@@ -179,12 +152,8 @@ impl Gateway {
             proxy: Arc::new(proxy),
             authn,
             certs,
-            authz: Authorizer::new(
-                cfg.authorization.clone(),
-                cfg.authorization_policy_file.clone(),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-            request_timeout: cfg.request_timeout,
+            authz: cfg.authz.authorizer().map_err(|e| anyhow::anyhow!("{e}"))?,
+            request_timeout: cfg.limits.request_timeout,
             closing,
             expiring,
         });
@@ -193,193 +162,6 @@ impl Gateway {
             tls: Arc::new(tls),
             reloading,
         })
-    }
-
-    /// The request handler of one connection; its client certificate is examined once, here.
-    pub fn connection(
-        self: &Arc<Self>,
-        conn: ConnInfo,
-    ) -> impl Fn(Request<Incoming>) -> ResponseFuture + Clone + Send + Sync + 'static {
-        let peer = Arc::new(self.certs.examine(&conn.peer_chain));
-        let gateway = self.clone();
-        let remote = conn.remote;
-        move |req| {
-            let (gateway, peer) = (gateway.clone(), peer.clone());
-            Box::pin(async move {
-                // Before anything reads the request: a request without one valid host never
-                // reaches a handler, as with Go's net/http.
-                let host = match host::of(&req) {
-                    Ok(host) => host,
-                    Err(status) => {
-                        let mut res = status.into_response();
-                        if req.version() < http::Version::HTTP_2 {
-                            res.headers_mut().insert(
-                                http::header::CONNECTION,
-                                http::HeaderValue::from_static("close"),
-                            );
-                        }
-                        return res;
-                    }
-                };
-                gateway.handle(req, &peer, remote, host).await
-            })
-        }
-    }
-
-    async fn handle(
-        &self,
-        req: Request<Incoming>,
-        peer: &PeerIdentity,
-        remote: SocketAddr,
-        host: Option<http::HeaderValue>,
-    ) -> Response<Body> {
-        let start = Instant::now();
-        if let Some(res) = self.public(&req) {
-            return res;
-        }
-        // Only the audit log needs these copies.
-        let audit = self.audit.as_ref().map(|auditor| access::Audit {
-            auditor: auditor.clone(),
-            received: std::time::SystemTime::now(),
-            uri: req
-                .uri()
-                .path_and_query()
-                .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
-            user_agent: req
-                .headers()
-                .get(http::header::USER_AGENT)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
-        });
-        let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
-        let kind = RequestKind::of(&req, &attrs);
-        let permit = match self.limits.admit(remote.ip(), kind.long_running()) {
-            Ok(permit) => permit,
-            Err(status) => return retry_later(status),
-        };
-        // One registry lookup serves the metrics' labels and the access line.
-        let snapshot = self.registry.snapshot();
-        let registered = (!attrs.group.is_empty())
-            .then(|| snapshot.lookup(&attrs.group, &attrs.version))
-            .flatten();
-        // Only the access line names the APIService.
-        let apiservice = registered
-            .filter(|_| tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
-            .map(|service| service.name.clone());
-        let metrics_verb = crate::metrics::verb(req.method(), req.headers(), &attrs);
-        let served = attrs.resource_request
-            && (registered.is_some() || self.serves_unregistered(&attrs.group, &attrs.version));
-        drop(snapshot);
-        // From here on the request is logged and audited however it ends, also when the
-        // client goes away before the response head (this future is then dropped).
-        let mut record = access::Record {
-            metrics: self.metrics.clone(),
-            audit,
-            remote,
-            identity: None,
-            real: None,
-            attrs,
-            metrics_verb,
-            served,
-            apiservice,
-            status: None,
-            outcome: None,
-            bytes: 0,
-            kind,
-            start,
-            // As kube-apiserver's timeout filter: end to end, from the request's start (none
-            // past the end of time).
-            deadline: (!kind.long_running())
-                .then(|| start.checked_add(self.request_timeout))
-                .flatten(),
-            closing: kind.long_running().then(|| self.closing.clone()),
-            _permit: Some(permit),
-        };
-        let res = match self.admit(&req, peer, &record.attrs).await {
-            Err(refused) => {
-                record.identity = refused.identity.map(|b| *b);
-                refused.status.into_response()
-            }
-            Ok((identity, real)) => {
-                let inbound = Inbound {
-                    client: remote,
-                    host,
-                    kind,
-                };
-                record.real = real;
-                let identity = &*record.identity.insert(identity);
-                let routed = self.route(req, identity, &inbound);
-                match record.deadline {
-                    None => routed.await,
-                    Some(at) => tokio::time::timeout_at(at.into(), routed)
-                        .await
-                        .unwrap_or_else(|_| {
-                            record.outcome = Some(crate::audit::Outcome::Timeout);
-                            Status::gateway_timeout(
-                                "Timeout: request did not complete within the allotted timeout",
-                            )
-                            .into_response()
-                        }),
-                }
-            }
-        };
-        let status = res.status();
-        res.map(|body| record.wrap(status, body))
-    }
-
-    /// Authenticates, applies impersonation, and authorizes. Returns the identity to act as
-    /// and, when impersonating, the real one.
-    async fn admit<B>(
-        &self,
-        req: &Request<B>,
-        peer: &PeerIdentity,
-        attrs: &Attributes,
-    ) -> Result<(Identity, Option<Identity>), Refused> {
-        fn refuse(identity: Option<&Identity>) -> impl FnOnce(Status) -> Refused + '_ {
-            move |status| Refused {
-                identity: identity.cloned().map(Box::new),
-                status,
-            }
-        }
-        paths::check(req.uri().path()).map_err(refuse(None))?;
-        let real = match self.authn.authenticate(req.headers(), peer) {
-            Ok(id) => id,
-            // Boxed (as is the SubjectAccessReview below): these network round trips are
-            // taken rarely, and would otherwise enlarge every request's future.
-            Err(status) => Box::pin(self.review_token(req.headers()))
-                .await
-                .ok_or(status)
-                .map_err(refuse(None))?,
-        };
-        // Without Impersonate-* headers (nearly always) the real identity is used as it is,
-        // neither cloned nor compared.
-        let (identity, real) = if impersonation::requested(req.headers()) {
-            let identity = impersonation::apply(&self.authz, real.clone(), req.headers())
-                .map_err(refuse(Some(&real)))?;
-            let real = (identity != real).then_some(real);
-            (identity, real)
-        } else {
-            (real, None)
-        };
-        if !self.authz.allows(&identity, attrs) {
-            let mut message = crate::authz::forbidden_message(&identity, attrs);
-            let mut allowed = false;
-            if let (true, Some(sar)) = (self.authz.webhook(), self.access_reviewer.get()) {
-                match Box::pin(sar.review(&identity, attrs)).await {
-                    Ok(decision) => {
-                        allowed = decision.allowed;
-                        if !decision.reason.is_empty() {
-                            message = format!("{message}: {}", decision.reason);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "SubjectAccessReview failed; no opinion"),
-                }
-            }
-            if !allowed {
-                return Err(refuse(Some(&identity))(Status::forbidden(message)));
-            }
-        }
-        Ok((identity, real))
     }
 
     /// For a group version no APIService in the registry claims, true when requests for it
@@ -407,25 +189,6 @@ impl Gateway {
                 .versions
                 .iter()
                 .any(|b| b.svc.group == group && b.svc.version == version)
-        }
-    }
-
-    /// Cluster mode: the identity TokenReview gives a bearer token, if any.
-    async fn review_token(&self, headers: &http::HeaderMap) -> Option<Identity> {
-        let reviewer = self.token_reviewer.get()?;
-        let token = crate::authn::bearer(headers)?;
-        match reviewer.review(token).await {
-            Ok(Some(mut id)) => {
-                if !id.groups.iter().any(|g| g == crate::authn::AUTHENTICATED) {
-                    id.groups.push(crate::authn::AUTHENTICATED.to_string());
-                }
-                Some(id)
-            }
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "TokenReview failed");
-                None
-            }
         }
     }
 
@@ -468,16 +231,6 @@ impl Gateway {
     }
 }
 
-/// A 429 with the `Retry-After` kube-apiserver sends.
-fn retry_later(status: Status) -> Response<Body> {
-    let mut res = status.into_response();
-    res.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
-    );
-    res
-}
-
 /// Runs a gateway for `cfg` on `listener` until `shutdown` resolves: loads and watches the
 /// manifest directory and certificate files, runs the availability controller, serves, then
 /// shuts down gracefully (readiness fails, accepting stops after the shutdown delay, in-flight
@@ -512,8 +265,8 @@ pub async fn run(
         gateway.availability.clone(),
         gateway.metrics.clone(),
         availability::Settings {
-            interval: cfg.availability_interval,
-            timeout: cfg.availability_timeout,
+            interval: cfg.availability.interval,
+            timeout: cfg.availability.timeout,
         },
     );
     gateway
@@ -522,8 +275,8 @@ pub async fn run(
     if let Some(delegate) = gateway.proxy.delegate() {
         gateway.discovery.delegate.clone().spawn(
             delegate.clone(),
-            cfg.availability_interval,
-            cfg.availability_timeout,
+            cfg.availability.interval,
+            cfg.availability.timeout,
         );
     }
     gateway.openapi.spawn(
@@ -537,7 +290,7 @@ pub async fn run(
     }
     tracing::info!(addr = %listener.local_addr()?, "apigw serving");
     let draining = gateway.clone();
-    let delay = cfg.shutdown_delay;
+    let delay = cfg.server.shutdown_delay;
     let stop = async move {
         shutdown.await;
         draining.health.shutting_down.store(true, Ordering::Release);
@@ -550,19 +303,22 @@ pub async fn run(
         }
     };
     let limits = crate::server::Limits {
-        grace: cfg.shutdown_grace,
-        header_read_timeout: cfg.header_read_timeout,
-        idle_timeout: cfg.idle_timeout,
-        max_connections_per_client: cfg.limits.2,
+        grace: cfg.server.shutdown_grace,
+        header_read_timeout: cfg.server.header_read_timeout,
+        idle_timeout: cfg.server.idle_timeout,
+        max_connections_per_client: cfg.server.max_connections_per_client,
         closing: gateway.closing.clone(),
-        workers: cfg.worker_threads,
+        workers: cfg.server.worker_threads,
         ..Default::default()
     };
     let g = gateway.clone();
     crate::server::serve(
         listener,
         built.tls,
-        move |conn: ConnInfo| g.connection(conn),
+        move |conn: ConnInfo| {
+            let service = g.service(&conn);
+            move |req| service.respond(req)
+        },
         limits,
         stop,
     )
@@ -596,15 +352,19 @@ async fn start_cluster(
     };
     let resolver = services::ServiceResolver::spawn(client.clone(), mode);
     gateway.proxy.resolver().set_cluster(resolver);
-    let _ = gateway.token_reviewer.set(tokenreview::TokenReviewer::new(
-        client.clone(),
-        tokenreview::TokenReviewSettings::default(),
-    ));
-    if gateway.authz.webhook() {
-        let _ = gateway.access_reviewer.set(sar::SubjectAccessReviewer::new(
+    gateway
+        .authn
+        .set_token_review(Box::new(tokenreview::TokenReviewer::new(
             client.clone(),
-            sar::SarSettings::default(),
-        ));
+            tokenreview::TokenReviewSettings::default(),
+        )));
+    if gateway.authz.webhook() {
+        gateway
+            .authz
+            .set_access_review(Box::new(sar::SubjectAccessReviewer::new(
+                client.clone(),
+                sar::SarSettings::default(),
+            )));
     }
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into());
     let elector = lease::LeaderElector::spawn(
@@ -650,14 +410,14 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
         let g = gateway.clone();
         crate::reload::watch_files("RBAC policy", vec![path], PERIOD, move || g.authz.reload());
     }
-    if let Some(path) = cfg.token_file.clone() {
+    if let Some(path) = cfg.authn.token_file.clone() {
         let g = gateway.clone();
         crate::reload::watch_files("token file", vec![path.clone()], PERIOD, move || {
             let tokens = TokenFile::load(&path).map_err(|e| e.to_string())?;
             if let Some(slot) = &g.authn.tokens {
                 slot.store(Arc::new(tokens));
             }
-            Ok(())
+            Ok::<(), String>(())
         });
     }
 }

@@ -3,6 +3,7 @@
 //! followed by a `runtime.Unknown` envelope. Only the spec fields the reviews use are decoded;
 //! answers are JSON, which the same clients accept.
 
+use crate::errors::Status;
 use prost::Message;
 use serde_json::{json, Value};
 
@@ -69,27 +70,50 @@ struct NonResourceAttributes {
     verb: Option<String>,
 }
 
-fn raw(body: &[u8]) -> Result<Vec<u8>, String> {
-    let envelope = body
-        .strip_prefix(MAGIC)
-        .ok_or("protobuf body without the k8s magic prefix")?;
+/// Why a protobuf review body could not be read; answered with 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("protobuf body without the k8s magic prefix")]
+    NoMagic,
+    #[error("protobuf envelope: {0}")]
+    Envelope(#[source] prost::DecodeError),
+    #[error("{resource}: {source}")]
+    Review {
+        resource: String,
+        #[source]
+        source: prost::DecodeError,
+    },
+}
+
+impl From<DecodeError> for Status {
+    fn from(e: DecodeError) -> Self {
+        Status::bad_request(e.to_string()).with_source(e)
+    }
+}
+
+fn raw(body: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    let envelope = body.strip_prefix(MAGIC).ok_or(DecodeError::NoMagic)?;
     Ok(Unknown::decode(envelope)
-        .map_err(|e| format!("protobuf envelope: {e}"))?
+        .map_err(DecodeError::Envelope)?
         .raw)
 }
 
 /// The `spec` of a review sent as protobuf, as the JSON the review handlers read.
-pub fn review_spec(resource: &str, body: &[u8]) -> Result<Value, String> {
+pub fn review_spec(resource: &str, body: &[u8]) -> Result<Value, DecodeError> {
+    let review_error = |source| DecodeError::Review {
+        resource: resource.to_string(),
+        source,
+    };
     let raw = raw(body)?;
     if resource == "selfsubjectrulesreviews" {
-        let review = RulesReview::decode(raw.as_slice()).map_err(|e| format!("{resource}: {e}"))?;
+        let review = RulesReview::decode(raw.as_slice()).map_err(review_error)?;
         return Ok(json!({"namespace": review.spec.and_then(|s| s.namespace).unwrap_or_default()}));
     }
     if resource != "selfsubjectaccessreviews" {
         return Ok(Value::Null);
     }
     let spec = Review::decode(raw.as_slice())
-        .map_err(|e| format!("{resource}: {e}"))?
+        .map_err(review_error)?
         .spec
         .unwrap_or_default();
     let mut out = json!({});
@@ -134,6 +158,25 @@ mod tests {
         let spec = review_spec("selfsubjectaccessreviews", &body).unwrap();
         assert_eq!(spec["resourceAttributes"]["verb"], "list");
         assert_eq!(spec["resourceAttributes"]["namespace"], "x");
-        assert!(review_spec("selfsubjectaccessreviews", b"not protobuf").is_err());
+        let err = review_spec("selfsubjectaccessreviews", b"not protobuf").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "protobuf body without the k8s magic prefix"
+        );
+    }
+
+    #[test]
+    fn decode_errors_are_bad_requests_with_their_cause() {
+        let mut body = MAGIC.to_vec();
+        body.extend(Unknown { raw: vec![0xff] }.encode_to_vec());
+        let err = review_spec("selfsubjectaccessreviews", &body).unwrap_err();
+        assert!(
+            err.to_string().starts_with("selfsubjectaccessreviews: "),
+            "{err}"
+        );
+        let status = Status::from(err);
+        assert_eq!(status.code(), http::StatusCode::BAD_REQUEST);
+        assert!(status.message().starts_with("selfsubjectaccessreviews: "));
+        assert!(std::error::Error::source(&status).is_some());
     }
 }

@@ -5,12 +5,12 @@
 
 use crate::authn::Identity;
 use crate::authz::{Attributes, Authorizer};
-use crate::body::Body;
+use crate::body::{Body, BoxError};
 use crate::errors::{json_response, Status};
 use crate::registry::ApiService;
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -56,33 +56,38 @@ pub fn builtin_groups() -> Vec<(Arc<ApiService>, Value)> {
     .collect()
 }
 
-/// Serves `/apis/<AUTHN|AUTHZ>/v1[/...]`, or None for another path.
-pub async fn handle(
+/// Serves `/apis/<AUTHN|AUTHZ>/v1[/...]`.
+pub async fn handle<B>(
     authz: &Authorizer,
     identity: &Identity,
-    req: Request<Incoming>,
+    req: Request<B>,
     group: &str,
     rest: &[&str],
-) -> Response<Body> {
+) -> Result<Response<Body>, Status>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let builtin = builtin_groups();
     let Some((_, list)) = builtin.iter().find(|(s, _)| s.group == group) else {
-        return Status::not_found("the server could not find the requested resource")
-            .into_response();
+        return Err(Status::not_found(
+            "the server could not find the requested resource",
+        ));
     };
     let resource = match rest {
-        [] | [""] => return json_response(list),
+        [] | [""] => return Ok(json_response(list)),
         [resource] => *resource,
         _ => {
-            return Status::not_found("the server could not find the requested resource")
-                .into_response()
+            return Err(Status::not_found(
+                "the server could not find the requested resource",
+            ))
         }
     };
     if req.method() != Method::POST {
-        return Status::method_not_allowed(format!(
+        return Err(Status::method_not_allowed(format!(
             "{} is not supported on {resource}: create one with POST",
             req.method()
-        ))
-        .into_response();
+        )));
     }
     let protobuf = req
         .headers()
@@ -95,11 +100,13 @@ pub async fn handle(
     {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            return Status::bad_request(format!("reading the request body: {e}")).into_response()
+            return Err(Status::bad_request(format!(
+                "reading the request body: {e}"
+            )))
         }
     };
     let spec = if protobuf {
-        super::protobuf::review_spec(resource, &body)
+        super::protobuf::review_spec(resource, &body).map_err(|e| e.to_string())
     } else {
         serde_json::from_slice::<Value>(&body)
             .map(|v| v.get("spec").cloned().unwrap_or(Value::Null))
@@ -107,15 +114,16 @@ pub async fn handle(
     };
     let spec = match spec {
         Ok(spec) => spec,
-        Err(e) => return Status::bad_request(e).into_response(),
+        Err(e) => return Err(Status::bad_request(e)),
     };
     let status = match (group, resource) {
         (AUTHN, "selfsubjectreviews") => json!({"userInfo": user_info(identity)}),
         (AUTHZ, "selfsubjectaccessreviews") => access(authz, identity, &spec),
         (AUTHZ, "selfsubjectrulesreviews") => rules(authz, identity, &spec),
         _ => {
-            return Status::not_found("the server could not find the requested resource")
-                .into_response()
+            return Err(Status::not_found(
+                "the server could not find the requested resource",
+            ))
         }
     };
     let kind = list["resources"]
@@ -129,7 +137,7 @@ pub async fn handle(
     }
     let mut res = json_response(&out);
     *res.status_mut() = StatusCode::CREATED;
-    res
+    Ok(res)
 }
 
 fn user_info(id: &Identity) -> Value {

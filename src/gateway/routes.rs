@@ -7,10 +7,11 @@
 use super::{reviews, Gateway};
 use crate::apiservices::{self, GROUP};
 use crate::authn::Identity;
-use crate::body::Body;
+use crate::body::{Body, BoxError};
 use crate::discovery;
 use crate::errors::Status;
-use crate::proxy::Inbound;
+use crate::request_kind::RequestInfo;
+use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -18,12 +19,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 impl Gateway {
-    pub(super) async fn route(
+    /// Phase 4 of the pipeline: the answer to an admitted request.
+    pub(super) async fn route<B>(
         &self,
-        req: Request<Incoming>,
+        req: Request<B>,
         identity: &Identity,
-        inbound: &Inbound,
-    ) -> Response<Body> {
+        info: &RequestInfo,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
         // The URI's bytes are shared, not copied: `req` moves on while its path is still read.
         let uri = req.uri().clone();
         let mut segments: Vec<&str> = Vec::with_capacity(8);
@@ -37,30 +43,33 @@ impl Gateway {
             ["api"] | ["api", ""] if self.proxy.delegate().is_none() => {
                 // The legacy form names the address this client reached the gateway at.
                 let mut forms = (*docs().api).clone();
-                let address = server_address(inbound.host.as_ref());
+                let address = server_address(info.host.as_ref());
                 forms[0] = discovery::Doc::new(
                     &discovery::render::api_versions(&address),
                     discovery::JSON,
                 );
-                return discovery::serve(&req, &forms);
+                return Ok(discovery::serve(&req, &forms));
             }
             ["api", "v1"] | ["api", "v1", ""] if self.proxy.delegate().is_none() => {
-                return discovery::serve(&req, std::slice::from_ref(discovery::render::core_v1()));
+                return Ok(discovery::serve(
+                    &req,
+                    std::slice::from_ref(discovery::render::core_v1()),
+                ));
             }
             ["api"] | ["api", ""] => {
                 // The delegate's APIVersions as last fetched; until then, the delegate itself.
                 if let Some(api) = self.discovery.delegate.current().api.clone() {
-                    return discovery::serve(&req, &api[..]);
+                    return Ok(discovery::serve(&req, &api[..]));
                 }
             }
-            ["apis"] | ["apis", ""] => return discovery::serve(&req, &docs().apis),
+            ["apis"] | ["apis", ""] => return Ok(discovery::serve(&req, &docs().apis)),
             ["apis", GROUP] | ["apis", GROUP, ""] => {
-                return apiservices::document(&apiservices::group_document());
+                return Ok(apiservices::document(&apiservices::group_document()));
             }
             ["apis", GROUP, "v1"] | ["apis", GROUP, "v1", ""] => {
-                return apiservices::document(&apiservices::resource_list());
+                return Ok(apiservices::document(&apiservices::resource_list()));
             }
-            ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
+            ["apis", GROUP, "v1", rest @ ..] => return Ok(self.apiservices.handle(&req, rest)),
             ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..] => {
                 let group = group.to_string();
                 let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
@@ -69,34 +78,32 @@ impl Gateway {
             }
             ["apis", group] | ["apis", group, ""] => {
                 if let Some(doc) = docs().groups.get(*group) {
-                    return discovery::serve(&req, std::slice::from_ref(doc));
+                    return Ok(discovery::serve(&req, std::slice::from_ref(doc)));
                 }
             }
             ["apis", group, version, ..] => {
                 if let Some(svc) = snapshot.lookup(group, version) {
                     if let Some(state) = self.availability.get(&svc.name) {
                         if !state.condition.available {
-                            return Status::service_unavailable(format!(
+                            return Err(Status::service_unavailable(format!(
                                 "service unavailable: APIService {} is not available ({}): {}",
                                 svc.name, state.condition.reason, state.condition.message
-                            ))
-                            .into_response();
+                            )));
                         }
                     }
-                    return match self.proxy.backend_for(svc) {
-                        Ok(backend) => {
-                            self.proxy
-                                .forward(&backend, req, identity, inbound, &svc.name)
-                                .await
-                        }
-                        Err(status) => status.into_response(),
-                    };
+                    let backend = self.proxy.backend_for(svc)?;
+                    return self
+                        .proxy
+                        .forward(&backend, req, identity, info, &svc.name)
+                        .await;
                 }
             }
-            ["metrics"] => return self.metrics_response(),
-            ["openapi", "v2"] => return discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
+            ["metrics"] => return Ok(self.metrics_response()),
+            ["openapi", "v2"] => {
+                return Ok(discovery::serve(&req, &[(*self.openapi.v2()).clone()]))
+            }
             ["openapi", "v3"] | ["openapi", "v3", ""] => {
-                return discovery::serve(&req, &[(*self.openapi.v3()).clone()]);
+                return Ok(discovery::serve(&req, &[(*self.openapi.v3()).clone()]));
             }
             ["openapi", "v3", "apis", group, version] => {
                 if let Some(svc) = snapshot.lookup(group, version) {
@@ -104,14 +111,11 @@ impl Gateway {
                         .uri()
                         .query()
                         .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("hash=")));
-                    let mut res = match self.proxy.backend_for(svc) {
-                        Ok(backend) => {
-                            self.proxy
-                                .forward(&backend, req, identity, inbound, &svc.name)
-                                .await
-                        }
-                        Err(status) => status.into_response(),
-                    };
+                    let backend = self.proxy.backend_for(svc)?;
+                    let mut res = self
+                        .proxy
+                        .forward(&backend, req, identity, info, &svc.name)
+                        .await?;
                     // A hashed URL names one version of the document forever, as upstream serves it.
                     if immutable
                         && res.status().is_success()
@@ -122,7 +126,7 @@ impl Gateway {
                             http::HeaderValue::from_static("public, immutable"),
                         );
                     }
-                    return res;
+                    return Ok(res);
                 }
             }
             _ => {}
@@ -130,11 +134,12 @@ impl Gateway {
         match self.proxy.delegate() {
             Some(delegate) => {
                 self.proxy
-                    .forward(delegate, req, identity, inbound, "delegate")
+                    .forward(delegate, req, identity, info, "delegate")
                     .await
             }
-            None => Status::not_found("the server could not find the requested resource")
-                .into_response(),
+            None => Err(Status::not_found(
+                "the server could not find the requested resource",
+            )),
         }
     }
 }

@@ -19,7 +19,7 @@ pub trait ResolveService: Send + Sync {
         &'a self,
         host: &'a str,
         port: u16,
-    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<SocketAddr>, crate::body::BoxError>>;
 }
 
 /// `<name>.<namespace>.svc` (optionally followed by `.cluster.local`) as (name, namespace).
@@ -70,7 +70,7 @@ impl Resolver {
                 return cluster
                     .resolve_service(host, port)
                     .await
-                    .map_err(ConnectError::Resolve);
+                    .map_err(|e| ConnectError::Resolve(e.to_string()));
             }
         }
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))

@@ -1,10 +1,11 @@
 //! Identity headers towards backends: strip everything a client could use to speak for
 //! someone else (credentials, impersonation, any `X-Remote-*`, and every header name and prefix
-//! configured for front-proxy authentication), then set the gateway's own
+//! configured for front-proxy authentication: the [`IdentityHeaders`] policy authentication
+//! reads with), then set the gateway's own
 //! `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` and the `X-Forwarded-*` trio. Hop-by-hop
 //! headers are dropped as any proxy must (RFC 9110 §7.6.1), except an upgrade's own.
 
-use crate::authn::Identity;
+use crate::authn::{Identity, IdentityHeaders};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
@@ -57,65 +58,6 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// The header names and prefixes configured for front-proxy authentication
-/// (`--requestheader-username-headers`, `-group-headers`, `-extra-headers-prefix`). As
-/// kube-apiserver clears them after authentication, they are stripped from every request,
-/// whatever authenticated it: a user's own `X-Custom-Extra-Scopes` must not reach a backend
-/// that trusts such headers from the gateway.
-#[derive(Debug, Clone, Default)]
-pub struct ConfiguredHeaders {
-    /// Lowercase, `_` read as `-`, as [`is_identity`] compares.
-    names: Vec<String>,
-    prefixes: Vec<String>,
-}
-
-impl ConfiguredHeaders {
-    pub fn new<'a>(
-        names: impl IntoIterator<Item = &'a String>,
-        prefixes: impl IntoIterator<Item = &'a String>,
-    ) -> Self {
-        Self {
-            names: normalised(names),
-            prefixes: normalised(prefixes),
-        }
-    }
-
-    /// True for a configured name, or a name under a configured prefix; `name` is lowercase with
-    /// `_` read as `-` (as [`is_identity`] passes it).
-    pub fn matches(&self, name: &str) -> bool {
-        self.names.iter().any(|n| n == name) || self.prefixes.iter().any(|p| name.starts_with(p))
-    }
-}
-
-/// Lowercase with `_` read as `-`, empty entries left out (an empty prefix would match every
-/// header; none is configured that way on purpose).
-fn normalised<'a>(list: impl IntoIterator<Item = &'a String>) -> Vec<String> {
-    list.into_iter()
-        .map(|h| h.trim().to_ascii_lowercase().replace('_', "-"))
-        .filter(|h| !h.is_empty())
-        .collect()
-}
-
-/// True for headers a client must never pass to a backend: credentials, impersonation and
-/// identity headers in any case (`is_extra` adds the configured front-proxy names and prefixes,
-/// [`ConfiguredHeaders::matches`]).
-/// Names are compared with `_` read as `-`: CGI-style servers (WSGI, Rack, PHP) map both to
-/// the same variable, so `X_Remote_User` would otherwise arrive as `X-Remote-User`.
-pub fn is_identity(name: &str, is_extra: &dyn Fn(&str) -> bool) -> bool {
-    let dashed;
-    let name = if name.contains('_') {
-        dashed = name.replace('_', "-");
-        dashed.as_str()
-    } else {
-        name
-    };
-    name == "authorization"
-        || name == "proxy-authorization"
-        || name.starts_with("impersonate-")
-        || name.starts_with("x-remote-")
-        || is_extra(name)
-}
-
 /// The request as it leaves for the backend.
 pub struct Forwarded<'a> {
     pub identity: &'a Identity,
@@ -149,15 +91,12 @@ const IMPERSONATE: Names = Names {
     extra: "impersonate-extra-",
 };
 
-/// Strips, then sets, the identity and forwarding headers.
-pub fn set_identity(
-    headers: &mut HeaderMap,
-    fwd: &Forwarded<'_>,
-    is_extra: &(dyn Fn(&str) -> bool + Sync),
-) {
+/// Strips every header `policy` names an identity header, then sets the identity and
+/// forwarding headers.
+pub fn set_identity(headers: &mut HeaderMap, fwd: &Forwarded<'_>, policy: &IdentityHeaders) {
     let stripped: Vec<HeaderName> = headers
         .keys()
-        .filter(|n| is_identity(n.as_str(), is_extra))
+        .filter(|n| policy.is_identity(n.as_str()))
         .cloned()
         .collect();
     for name in &stripped {
@@ -324,7 +263,7 @@ mod tests {
             original_host: Some(HeaderValue::from_static("gw.example.com")),
             impersonate_with: None,
         };
-        set_identity(&mut h, &fwd, &|_| false);
+        set_identity(&mut h, &fwd, &IdentityHeaders::default());
         let all =
             |n: &str| -> Vec<&str> { h.get_all(n).iter().map(|v| v.to_str().unwrap()).collect() };
         assert_eq!(all("x-remote-user"), ["alice"]);
@@ -355,7 +294,7 @@ mod tests {
             original_host: None,
             impersonate_with: None,
         };
-        set_identity(&mut h, &fwd, &|_| false);
+        set_identity(&mut h, &fwd, &IdentityHeaders::default());
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert!(!names.iter().any(|n| n.contains('_')), "{names:?}");
         assert_eq!(h.get_all("x-remote-user").iter().count(), 1);
@@ -371,9 +310,10 @@ mod tests {
             ("X-Custom-Extra", "not under the prefix"),
             ("Accept", "application/json"),
         ]);
-        let configured = ConfiguredHeaders::new(
-            &["X-Custom-User".to_string(), "X_Custom_Group".to_string()],
-            &["X-Custom-Extra-".to_string(), String::new()],
+        let configured = IdentityHeaders::new(
+            &["X-Custom-User"],
+            &["X_Custom_Group"],
+            &["X-Custom-Extra-", ""],
         );
         let id = Identity::new("alice", vec![]);
         let fwd = Forwarded {
@@ -382,7 +322,7 @@ mod tests {
             original_host: None,
             impersonate_with: None,
         };
-        set_identity(&mut h, &fwd, &|n| configured.matches(n));
+        set_identity(&mut h, &fwd, &configured);
         let left: Vec<&str> = h
             .keys()
             .map(|k| k.as_str())
@@ -394,6 +334,35 @@ mod tests {
             "only the name outside the prefix stays"
         );
         assert_eq!(h["x-custom-extra"], "not under the prefix");
+        assert_eq!(h["accept"], "application/json");
+    }
+
+    #[test]
+    fn what_authentication_reads_the_proxy_strips() {
+        // The one policy built from the configuration: the headers a front proxy identified
+        // the user with never reach the backend, in any spelling.
+        let policy = IdentityHeaders::new(&["X-User"], &["X-Groups"], &["X-Attr-"]);
+        let mut h = map(&[
+            ("X-USER", "mallory"),
+            ("x-groups", "system:masters"),
+            ("X-Attr-Scopes", "all"),
+            ("x_attr_other", "x"),
+            ("Accept", "application/json"),
+        ]);
+        let read = policy.identity(&h).unwrap();
+        assert_eq!(read.user, "mallory");
+        let id = Identity::new("alice", vec![]);
+        let fwd = Forwarded {
+            identity: &id,
+            client_ip: "::1".parse().unwrap(),
+            original_host: None,
+            impersonate_with: None,
+        };
+        set_identity(&mut h, &fwd, &policy);
+        for name in ["x-user", "x-groups", "x-attr-scopes", "x_attr_other"] {
+            assert!(h.get(name).is_none(), "{name} survived");
+        }
+        assert_eq!(h["x-remote-user"], "alice");
         assert_eq!(h["accept"], "application/json");
     }
 
@@ -453,6 +422,33 @@ mod tests {
             proptest::prop_assert_eq!(out, ip.to_string());
         }
 
+        /// Any spelling of a configured front-proxy header is gone after stripping.
+        #[test]
+        fn no_spelling_of_a_configured_header_survives(
+            family in proptest::sample::select(vec!["x-user", "x-groups", "x-attr-"]),
+            suffix in "[a-z0-9]{0,8}",
+            upper in proptest::collection::vec(proptest::bool::ANY, 32),
+            underscores in proptest::bool::ANY,
+        ) {
+            let policy = IdentityHeaders::new(&["X-User"], &["X_Groups"], &["X-Attr-"]);
+            let suffix = if family.ends_with('-') { suffix } else { String::new() };
+            let raw: String = format!("{family}{suffix}")
+                .chars()
+                .zip(upper.iter().cycle())
+                .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
+                .map(|c| if underscores && c == '-' { '_' } else { c })
+                .collect();
+            let mut h = HeaderMap::new();
+            let Ok(name) = HeaderName::from_bytes(raw.as_bytes()) else { return Ok(()) };
+            h.insert(name, HeaderValue::from_static("mallory"));
+            let id = Identity::new("alice", vec!["g".into()]);
+            let fwd = Forwarded { identity: &id, client_ip: "::1".parse().unwrap(), original_host: None, impersonate_with: None };
+            set_identity(&mut h, &fwd, &policy);
+            for (k, v) in &h {
+                proptest::prop_assert!(v != "mallory", "{} survived", k);
+            }
+        }
+
         /// Any spelling of an identity header a client sends is gone after stripping, and only
         /// the gateway's own values remain.
         #[test]
@@ -473,7 +469,7 @@ mod tests {
             h.insert(name, HeaderValue::from_static("mallory"));
             let id = Identity::new("alice", vec!["g".into()]);
             let fwd = Forwarded { identity: &id, client_ip: "::1".parse().unwrap(), original_host: None, impersonate_with: None };
-            set_identity(&mut h, &fwd, &|_| false);
+            set_identity(&mut h, &fwd, &IdentityHeaders::default());
             for (k, v) in &h {
                 let dashed = k.as_str().replace('_', "-");
                 if dashed.starts_with("x-remote-") {

@@ -5,41 +5,31 @@
 
 mod connector;
 pub mod fetch;
+mod forward;
 mod headers;
+mod settings;
+pub use settings::{
+    parse_https_url, parse_resolve, BackendCas, BackendLoadError, BackendSettings, Delegate,
+};
 mod pool;
 
 pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
-pub use headers::{
-    escape_extra_key, remove_hop_by_hop, set_identity, ConfiguredHeaders, Forwarded,
-};
+pub use forward::ForwardError;
+pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
 pub use pool::STREAMS_PER_CONN;
 
 use crate::authn::Identity;
-use crate::body::{self, Body};
+use crate::body;
 use crate::errors::Status;
 use crate::registry::ApiService;
-use crate::request_kind::RequestKind;
 use crate::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use http::{header, HeaderValue, Request, StatusCode};
 use rustls::pki_types::CertificateDer;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-
-/// Marks a response the proxy made because the backend could not be reached.
-#[derive(Debug, Clone, Copy)]
-struct Unreachable;
-
-/// On a response after the backend answered: its code and time to its response head.
-#[derive(Debug, Clone, Copy)]
-struct Answered {
-    status: StatusCode,
-    elapsed: Duration,
-}
 
 /// Identifies a backend: requests to the same key share a connection pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,8 +95,8 @@ pub struct Proxy {
     delegate: Option<Arc<Backend>>,
     /// Backends by APIService name; APIServices naming the same service share one.
     backends: RwLock<HashMap<String, Arc<Backend>>>,
-    /// Front-proxy header names and prefixes to strip besides the standard ones.
-    configured_headers: ConfiguredHeaders,
+    /// The identity headers stripped from every request (shared with authentication).
+    identity_headers: Arc<crate::authn::IdentityHeaders>,
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
@@ -119,8 +109,9 @@ pub struct ProxySettings {
     pub proxy_cert: Option<ProxyClientCert>,
     pub default_roots: Vec<CertificateDer<'static>>,
     pub delegate: Option<DelegateSettings>,
-    /// The `--requestheader-*` names and prefixes, stripped from every request.
-    pub configured_headers: ConfiguredHeaders,
+    /// The identity-header policy authentication reads with; what it names is stripped
+    /// from every request.
+    pub identity_headers: Arc<crate::authn::IdentityHeaders>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
     pub closing: tokio_util::sync::CancellationToken,
@@ -128,17 +119,6 @@ pub struct ProxySettings {
     pub drop_groups: Vec<String>,
     /// Largest request body of a non-streaming request (not GET, watch or upgrade); None: any.
     pub max_body: Option<usize>,
-}
-
-/// What the front door decided about a request before handing it to the proxy.
-#[derive(Debug, Clone)]
-pub struct Inbound {
-    /// The client's address, appended to `X-Forwarded-For`.
-    pub client: SocketAddr,
-    /// The request's one validated host, sent as `X-Forwarded-Host`.
-    pub host: Option<HeaderValue>,
-    /// Which connection the request takes, and whether it is an upgrade.
-    pub kind: RequestKind,
 }
 
 /// The delegate API server.
@@ -186,7 +166,7 @@ impl Proxy {
             default_roots: settings.default_roots,
             delegate,
             backends: RwLock::default(),
-            configured_headers: settings.configured_headers,
+            identity_headers: settings.identity_headers,
             metrics: settings.metrics,
             closing: settings.closing,
             drop_groups: settings.drop_groups,
@@ -300,54 +280,6 @@ impl Proxy {
         let mut backends = self.backends.write().unwrap_or_else(|e| e.into_inner());
         backends.retain(|name, b| live.iter().any(|s| s.name == *name && b.key.serves(s)));
     }
-
-    /// Forwards `req` as `identity` to `backend` (serving APIService `name`) and streams the
-    /// answer back.
-    pub async fn forward(
-        &self,
-        backend: &Backend,
-        req: Request<Incoming>,
-        identity: &Identity,
-        inbound: &Inbound,
-        name: &str,
-    ) -> Response<Body> {
-        let is_extra = |name: &str| self.configured_headers.matches(name);
-        let filtered;
-        let identity = if identity.groups.iter().any(|g| self.drop_groups.contains(g)) {
-            let mut id = identity.clone();
-            id.groups.retain(|g| !self.drop_groups.contains(g));
-            filtered = id;
-            &filtered
-        } else {
-            identity
-        };
-        // Boxed, so the futures of the gateway's handler (which await this one among many
-        // other routes) stay small, and are cheap to move and to keep for long-running requests.
-        let res = Box::pin(backend.forward(
-            req,
-            identity,
-            inbound,
-            &is_extra,
-            &self.closing,
-            self.max_body,
-        ))
-        .await;
-        let mut res = res;
-        if res.extensions().get::<Unreachable>().is_some() {
-            self.metrics
-                .backend_errors
-                .with_label_values(&[name, "unreachable"])
-                .inc();
-        }
-        if let Some(answered) = res.extensions_mut().remove::<Answered>() {
-            self.metrics.backend(
-                name,
-                answered.status.as_u16(),
-                answered.elapsed.as_secs_f64(),
-            );
-        }
-        res
-    }
 }
 
 impl Backend {
@@ -380,118 +312,6 @@ impl Backend {
             pool,
             impersonate_with: None,
         })
-    }
-
-    async fn forward(
-        &self,
-        mut req: Request<Incoming>,
-        identity: &Identity,
-        inbound: &Inbound,
-        is_extra: &(dyn Fn(&str) -> bool + Sync),
-        closing: &tokio_util::sync::CancellationToken,
-        max_body: Option<usize>,
-    ) -> Response<Body> {
-        let kind = inbound.kind;
-        let upgrade = kind == RequestKind::Upgrade;
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, incoming) = req.into_parts();
-        // The target goes on as the client sent it (HTTP/2 reads as the absolute form): the
-        // pool keeps its path and query, byte for byte, and sets the form and `Host` or
-        // `:authority` for the connection the request leaves on (`Pool::shape`).
-        remove_hop_by_hop(&mut parts.headers, upgrade);
-        // The front door answered any `100-continue` when the body was first read; the
-        // backend gets the body without being asked again, as nginx forwards.
-        parts.headers.remove(header::EXPECT);
-        let token = self.impersonate_with.as_ref().map(|(_, t)| t.load());
-        let fwd = Forwarded {
-            identity,
-            client_ip: inbound.client.ip(),
-            original_host: inbound.host.clone(),
-            impersonate_with: token.as_deref().map(|t| t.as_ref()),
-        };
-        set_identity(&mut parts.headers, &fwd, is_extra);
-        // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
-        // remember it, so the failed request answers 400 rather than blaming the backend.
-        let body_failed: Arc<std::sync::OnceLock<String>> = Arc::default();
-        let limit = max_body.filter(|_| {
-            !matches!(kind, RequestKind::Upgrade | RequestKind::Watch)
-                && parts.method != Method::GET
-        });
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        // The outgoing framing comes from the body itself (hyper sets Content-Length from an
-        // exact size), never from a header a client chose.
-        parts.headers.remove(header::CONTENT_LENGTH);
-        if let (Some(limit), Some(len)) = (limit, declared) {
-            if len > limit as u64 {
-                return too_large(limit);
-            }
-        }
-        let inner = match limit {
-            Some(limit) => body::stream(http_body_util::Limited::new(incoming, limit)),
-            None => body::stream(incoming),
-        };
-        let tracked = Tracked {
-            inner,
-            failed: body_failed.clone(),
-        };
-        let out = Request::from_parts(parts, body::stream(tracked));
-        let sent = std::time::Instant::now();
-        let mut res = match self.pool.send(out, kind).await {
-            Ok(res) => res,
-            Err(_) if body_failed.get().is_some() => {
-                let why = body_failed.get().map_or("", String::as_str);
-                if let (Some(limit), true) = (limit, why.contains("length limit exceeded")) {
-                    return too_large(limit);
-                }
-                return Status::bad_request(format!("the request body could not be read: {why}"))
-                    .into_response();
-            }
-            Err(e) => {
-                let reason = e.to_string();
-                tracing::warn!(backend = %self.key.host, error = %reason, "backend unreachable");
-                let mut res =
-                    Status::service_unavailable(format!("error trying to reach service: {reason}"))
-                        .into_response();
-                res.extensions_mut().insert(Unreachable);
-                return res;
-            }
-        };
-        let answered = Answered {
-            status: res.status(),
-            elapsed: sent.elapsed(),
-        };
-        let answer = |mut res: Response<Body>| {
-            res.extensions_mut().insert(answered);
-            res
-        };
-        if res.status().is_redirection() && res.headers().contains_key(header::LOCATION) {
-            return answer(
-                Status::bad_gateway(
-                    "the backend attempted to redirect this request, which is not permitted",
-                )
-                .into_response(),
-            );
-        }
-        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-            let Some(client_upgrade) = client_upgrade else {
-                return answer(
-                    Status::bad_gateway(
-                        "the backend switched protocols without an upgrade request",
-                    )
-                    .into_response(),
-                );
-            };
-            let backend_upgrade = hyper::upgrade::on(&mut res);
-            tokio::spawn(splice(client_upgrade, backend_upgrade, closing.clone()));
-            let (parts, _) = res.into_parts();
-            return answer(Response::from_parts(parts, body::empty()));
-        }
-        remove_hop_by_hop(res.headers_mut(), false);
-        answer(res.map(body::stream))
     }
 }
 
@@ -559,7 +379,11 @@ impl Backend {
                         original_host: None,
                         impersonate_with: None,
                     };
-                    set_identity(req.headers_mut(), &fwd, &|_| false);
+                    set_identity(
+                        req.headers_mut(),
+                        &fwd,
+                        &crate::authn::IdentityHeaders::default(),
+                    );
                     req.headers_mut().remove("x-forwarded-for");
                 }
             }
@@ -599,74 +423,6 @@ impl Backend {
                 url,
                 secs: timeout.as_secs(),
             }),
-        }
-    }
-}
-
-/// 413, as kube-apiserver words it.
-fn too_large(limit: usize) -> Response<Body> {
-    Status::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "RequestEntityTooLarge",
-        format!("the request body is larger than the limit of {limit} bytes"),
-    )
-    .into_response()
-}
-
-/// A request body that records its first error.
-struct Tracked {
-    inner: Body,
-    failed: Arc<std::sync::OnceLock<String>>,
-}
-
-impl http_body::Body for Tracked {
-    type Data = bytes::Bytes;
-    type Error = crate::body::BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(Some(Err(e))) = &polled {
-            let _ = self.failed.set(e.to_string());
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// Copies bytes both ways between an upgraded client and backend until either side closes,
-/// or the gateway's shutdown grace period ends.
-async fn splice(
-    client: hyper::upgrade::OnUpgrade,
-    backend: hyper::upgrade::OnUpgrade,
-    closing: tokio_util::sync::CancellationToken,
-) {
-    let (client, backend) = match tokio::try_join!(client, backend) {
-        Ok(pair) => pair,
-        Err(e) => {
-            tracing::debug!(error = %e, "upgrade did not complete");
-            return;
-        }
-    };
-    let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
-    tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut backend) => {
-            if let Err(e) = copied {
-                tracing::debug!(error = %e, "upgraded stream ended with an error");
-            }
-        }
-        () = closing.cancelled() => {
-            use tokio::io::AsyncWriteExt;
-            let _ = tokio::join!(client.shutdown(), backend.shutdown());
         }
     }
 }

@@ -186,12 +186,12 @@ impl ApiService {
                 );
             }
         } else if let Err(m) = dns1123_subdomain(&group) {
-            p.add("spec.group", m);
+            p.add("spec.group", m.to_string());
         }
         if version.is_empty() {
             p.add("spec.version", "Required value");
         } else if let Err(m) = dns1035_label(&version) {
-            p.add("spec.version", m);
+            p.add("spec.version", m.to_string());
         }
 
         let service = match lookup(&object, "spec.service") {
@@ -213,12 +213,12 @@ impl ApiService {
                 if ns.is_empty() {
                     p.add("spec.service.namespace", "Required value");
                 } else if let Err(m) = dns1123_label(&ns) {
-                    p.add("spec.service.namespace", m);
+                    p.add("spec.service.namespace", m.to_string());
                 }
                 if svc.is_empty() {
                     p.add("spec.service.name", "Required value");
                 } else if let Err(m) = dns1035_label(&svc) {
-                    p.add("spec.service.name", m);
+                    p.add("spec.service.name", m.to_string());
                 }
                 let port = p.int(
                     &object,
@@ -271,33 +271,59 @@ impl ApiService {
     }
 }
 
-fn dns1123_label(s: &str) -> Result<(), String> {
+/// A name that breaks one of Kubernetes' DNS naming rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?}: {}", rule.explain())]
+pub struct InvalidName {
+    value: String,
+    rule: NameRule,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NameRule {
+    Dns1123Label,
+    Dns1035Label,
+    Dns1123Subdomain,
+}
+
+impl NameRule {
+    fn explain(self) -> &'static str {
+        match self {
+            Self::Dns1123Label => "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+            Self::Dns1035Label => "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+            Self::Dns1123Subdomain => "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        }
+    }
+
+    fn check(self, s: &str, ok: bool) -> Result<(), InvalidName> {
+        ok.then_some(()).ok_or_else(|| InvalidName {
+            value: s.to_string(),
+            rule: self,
+        })
+    }
+}
+
+fn dns1123_label(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    ok.then_some(()).ok_or_else(|| {
-        format!("{s:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character")
-    })
+    NameRule::Dns1123Label.check(s, ok)
 }
 
-fn dns1035_label(s: &str) -> Result<(), String> {
+fn dns1035_label(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && s.starts_with(|c: char| c.is_ascii_lowercase())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric());
-    ok.then_some(()).ok_or_else(|| {
-        format!("{s:?}: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character")
-    })
+    NameRule::Dns1035Label.check(s, ok)
 }
 
-fn dns1123_subdomain(s: &str) -> Result<(), String> {
+fn dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 253 && s.split('.').all(|l| dns1123_label(l).is_ok());
-    ok.then_some(()).ok_or_else(|| {
-        format!("{s:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
-    })
+    NameRule::Dns1123Subdomain.check(s, ok)
 }
 
 #[cfg(test)]
@@ -313,6 +339,19 @@ mod tests {
                      "groupPriorityMinimum": 1000, "versionPriority": 15,
                      "service": {"name": "api", "namespace": "wardle"}}
         })
+    }
+
+    #[test]
+    fn name_errors_read_as_upstream() {
+        assert_eq!(dns1123_label("ok-1"), Ok(()));
+        assert_eq!(
+            dns1035_label("1x").unwrap_err().to_string(),
+            "\"1x\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character"
+        );
+        assert!(dns1123_subdomain("a..b")
+            .unwrap_err()
+            .to_string()
+            .starts_with("\"a..b\": a lowercase RFC 1123 subdomain must"));
     }
 
     fn fields(v: Value) -> Vec<String> {

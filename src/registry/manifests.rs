@@ -153,8 +153,8 @@ pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<Man
         field,
         message,
     };
-    let docs =
-        documents(text, file.ends_with(".json")).map_err(|m| vec![problem(None, None, m)])?;
+    let docs = documents(text, file.ends_with(".json"))
+        .map_err(|e| vec![problem(None, None, e.to_string())])?;
     let mut objects = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         let label = format!("document {}", i + 1);
@@ -210,29 +210,40 @@ pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<Man
     }
 }
 
+/// Why a manifest file's text is not a stream of objects.
+#[derive(Debug, thiserror::Error)]
+enum DocumentError {
+    #[error("invalid JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// `value` is the scalar the parser stopped at, when it can be found.
+    #[error("invalid YAML: {source}{}", value.as_ref().map(|v| format!(" (value {v})")).unwrap_or_default())]
+    Yaml {
+        #[source]
+        source: crate::yaml::Error,
+        value: Option<String>,
+    },
+    #[error("a document must be an object, not {0}")]
+    NotObject(Value),
+}
+
 /// The non-empty documents of a file, as JSON values.
-fn documents(text: &str, json: bool) -> Result<Vec<Value>, String> {
+fn documents(text: &str, json: bool) -> Result<Vec<Value>, DocumentError> {
     if json {
         return serde_json::Deserializer::from_str(text)
             .into_iter::<Value>()
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("invalid JSON: {e}"));
+            .map_err(DocumentError::Json);
     }
     // Empty documents are skipped.
-    let docs = crate::yaml::documents(text).map_err(|e| {
+    let docs = crate::yaml::documents(text).map_err(|source| {
         // Name the value too: a message alone may not say which.
-        match e
+        let value = source
             .location()
-            .and_then(|(line, column)| scalar_at(text, line, column))
-        {
-            Some(v) => format!("invalid YAML: {e} (value {v})"),
-            None => format!("invalid YAML: {e}"),
-        }
+            .and_then(|(line, column)| scalar_at(text, line, column));
+        DocumentError::Yaml { source, value }
     })?;
-    for value in &docs {
-        if !value.is_object() {
-            return Err(format!("a document must be an object, not {value}"));
-        }
+    if let Some(value) = docs.iter().find(|v| !v.is_object()) {
+        return Err(DocumentError::NotObject(value.clone()));
     }
     Ok(docs)
 }

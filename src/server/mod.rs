@@ -10,6 +10,8 @@
 
 pub mod cut;
 mod deadlines;
+mod settings;
+pub use settings::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
 pub mod workers;
 
 use crate::body::Body;

@@ -203,7 +203,8 @@ impl GoAddon {
 
     /// Points the gateway's `(host, 443)` at this server.
     pub fn resolve(&self, cfg: &mut Config) {
-        cfg.resolve
+        cfg.proxy
+            .resolve
             .insert((self.host.clone(), 443), vec![self.addr]);
     }
 

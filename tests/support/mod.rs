@@ -310,12 +310,12 @@ impl World {
     pub fn config(&self, resolve: &[(&Echo, SocketAddr)]) -> Config {
         let p = |n: &str| self.pki.path(n);
         let mut cfg = Config::new(p("serving.crt"), p("serving.key"));
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
-        cfg.client_ca = Some(p("client-ca.crt"));
-        cfg.token_file = Some(p("tokens.csv"));
-        cfg.proxy_client = Some((p("proxy-client.crt"), p("proxy-client.key")));
+        cfg.server.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.authn.client_ca = Some(p("client-ca.crt"));
+        cfg.authn.token_file = Some(p("tokens.csv"));
+        cfg.proxy.proxy_client = Some((p("proxy-client.crt"), p("proxy-client.key")));
         cfg.apiservice_dir = Some(p("apiservices"));
-        cfg.resolve = resolve
+        cfg.proxy.resolve = resolve
             .iter()
             .map(|(e, addr)| ((e.host.clone(), 443), vec![*addr]))
             .collect();

@@ -47,7 +47,8 @@ pub async fn start(namespace: Option<&str>) -> SampleGateway {
         &world.addon_ca,
     );
     let mut cfg = world.config(&[]);
-    cfg.resolve
+    cfg.proxy
+        .resolve
         .insert((host.to_string(), 443), vec![sample_addr]);
     let gw = world.gateway(cfg).await;
     let alice = world.client(Some("alice"));

@@ -1,44 +1,45 @@
-//! The connections to one backend service. Owns its endpoints (the addresses the service name
-//! resolves to, refreshed every few seconds), the choice among them (power of two choices on
-//! in-flight requests), passive ejection of an endpoint whose connect or handshake failed, the
-//! retry of a request on another endpoint while nothing of it was sent, and each endpoint's
-//! connections: idle HTTP/1.1 keep-alive connections for ordinary requests and upgrades, and
-//! multiplexed HTTP/2 connections for watches, opening another one when a connection carries
-//! [`STREAMS_PER_CONN`] streams; and the request target every request leaves with, shaped for
-//! the protocol of its connection (origin form and `Host` on HTTP/1.1, `:authority` on HTTP/2).
+//! The connections to one backend service: the [`Pool`] and its `send`, which picks an endpoint
+//! (see `endpoint`), retries on another endpoint while nothing of the request was sent, sends
+//! once more a request the server did not act on (see `replay`), and shapes the request target
+//! for the protocol of its connection (origin form and `Host` on HTTP/1.1, `:authority` on
+//! HTTP/2); the resolution of the service name into endpoints, refreshed every few seconds; and
+//! opening connections: HTTP/1.1 for ordinary requests and upgrades, multiplexed HTTP/2 for
+//! watches, another one when a connection carries [`STREAMS_PER_CONN`] streams. The response
+//! body holds its connection until it ends (see `body`).
+
+mod body;
+mod endpoint;
+mod replay;
+
+pub use body::PooledBody;
 
 use super::connector::{dial, ConnectError, Resolver};
 use crate::body::Body;
 use crate::errors::chain;
 use crate::request_kind::RequestKind;
 use arc_swap::ArcSwap;
+use endpoint::{lock, pick, Conn, Endpoint, H2Conn, Lease};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{header, HeaderValue, Method, Request, Response, Uri, Version};
+use http::{header, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use replay::{closed_before_answer, refused_h2, Replay};
 use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{ready, Context, Poll};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// How long a resolved endpoint list is used before the name is resolved again.
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
-/// An idle HTTP/1.1 connection older than this is closed rather than reused.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// A request on a connection idle at least this long may be sent again if the server closes
 /// the connection without answering (no server closes idle connections sooner).
 const IDLE_BEFORE_REPLAY: Duration = Duration::from_millis(100);
-/// Idle HTTP/1.1 connections kept per endpoint.
-const MAX_IDLE: usize = 64;
 /// Streams one HTTP/2 connection carries before the next watch opens another connection.
 /// RFC 9113 recommends servers allow at least 100; Go servers allow 250.
 pub const STREAMS_PER_CONN: usize = 100;
-/// An endpoint whose connect failed is skipped for this long, doubling per further failure.
-const EJECT_BASE: Duration = Duration::from_secs(1);
-const EJECT_MAX: Duration = Duration::from_secs(30);
 /// Endpoints tried for one request, at most.
 const MAX_ATTEMPTS: usize = 3;
 
@@ -58,6 +59,30 @@ impl std::fmt::Display for SendError {
             Self::Exchange(e) => f.write_str(&chain(e)),
         }
     }
+}
+
+/// Why a pool could not be made for a backend: its host and port do not form a TLS server
+/// name, an authority or a `Host` header.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("{host}: {source}")]
+    ServerName {
+        host: String,
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("{authority}: {source}")]
+    Authority {
+        authority: String,
+        #[source]
+        source: http::uri::InvalidUri,
+    },
+    #[error("{authority}: {source}")]
+    HostHeader {
+        authority: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
 }
 
 /// The connections to one backend.
@@ -83,30 +108,6 @@ pub struct Pool {
 struct Endpoints {
     resolved: Option<Instant>,
     list: Vec<Arc<Endpoint>>,
-}
-
-/// One address of the backend and its connections.
-pub struct Endpoint {
-    addr: SocketAddr,
-    in_flight: AtomicUsize,
-    failures: AtomicU32,
-    ejected_until: Mutex<Option<Instant>>,
-    /// Idle HTTP/1.1 connections, one list per connection worker (see [`idle_slots`]): a
-    /// connection's task runs on the worker that opened it, so only that worker reuses it.
-    idle: Box<[Mutex<IdleList>]>,
-    h2: Mutex<Vec<H2Conn>>,
-    h2_connecting: tokio::sync::Mutex<()>,
-    /// The endpoint answered an `h2` offer with HTTP/1.1.
-    no_h2: AtomicBool,
-}
-
-/// Idle HTTP/1.1 connections with the time each went idle, most recent last.
-type IdleList = Vec<(http1::SendRequest<Body>, Instant)>;
-
-#[derive(Clone)]
-struct H2Conn {
-    send: http2::SendRequest<Body>,
-    streams: Arc<AtomicUsize>,
 }
 
 /// Why one attempt failed.
@@ -137,12 +138,23 @@ impl Pool {
         h2_tls: rustls::ClientConfig,
         resolver: Arc<Resolver>,
         connect_timeout: Duration,
-    ) -> Result<Self, String> {
-        let server_name = ServerName::try_from(host.clone()).map_err(|e| format!("{host}: {e}"))?;
-        let authority = Authority::try_from(format!("{host}:{port}"))
-            .map_err(|e| format!("{host}:{port}: {e}"))?;
+    ) -> Result<Self, PoolError> {
+        let server_name =
+            ServerName::try_from(host.clone()).map_err(|source| PoolError::ServerName {
+                host: host.clone(),
+                source,
+            })?;
+        let authority = format!("{host}:{port}");
+        let authority =
+            Authority::try_from(authority.as_str()).map_err(|source| PoolError::Authority {
+                authority: authority.clone(),
+                source,
+            })?;
         let host_header =
-            HeaderValue::from_str(authority.as_str()).map_err(|e| format!("{host}:{port}: {e}"))?;
+            HeaderValue::from_str(authority.as_str()).map_err(|source| PoolError::HostHeader {
+                authority: authority.to_string(),
+                source,
+            })?;
         Ok(Self {
             server_name,
             host,
@@ -179,10 +191,7 @@ impl Pool {
             match self.attempt(endpoint, req, kind).await {
                 Ok((res, conn)) => {
                     let lease = lease.with(conn, kind);
-                    return Ok(res.map(|inner| PooledBody {
-                        inner,
-                        lease: Some(lease),
-                    }));
+                    return Ok(res.map(|inner| PooledBody::new(inner, lease)));
                 }
                 Err(Attempt::NotSent {
                     req: back,
@@ -528,168 +537,6 @@ fn not_sent(req: Request<Body>, e: ConnectError) -> Attempt {
     }
 }
 
-/// The head of a request that may be sent again when its first try was not processed:
-/// idempotent (RFC 9110 §9.2.2) and without a body, the requests Go's transport also sends
-/// again. Never an upgrade.
-struct Replay {
-    method: Method,
-    uri: Uri,
-    headers: http::HeaderMap,
-}
-
-impl Replay {
-    fn of(req: &Request<Body>, kind: RequestKind) -> Option<Self> {
-        use http_body::Body as _;
-        let idempotent = matches!(
-            *req.method(),
-            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-        );
-        (kind != RequestKind::Upgrade && idempotent && req.body().is_end_stream()).then(|| Self {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            headers: req.headers().clone(),
-        })
-    }
-
-    fn request(&self) -> Request<Body> {
-        let mut req = Request::new(crate::body::empty());
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = self.headers.clone();
-        req
-    }
-}
-
-/// True when an HTTP/1.1 exchange failed because the connection closed (or was reset)
-/// before any answer: the server closed it as idle just as the request went out.
-fn closed_before_answer(e: &hyper::Error) -> bool {
-    use std::io::ErrorKind;
-    e.is_incomplete_message()
-        || e.is_canceled()
-        || std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    ErrorKind::ConnectionReset
-                        | ErrorKind::BrokenPipe
-                        | ErrorKind::ConnectionAborted
-                        | ErrorKind::UnexpectedEof
-                )
-            })
-}
-
-/// True when an HTTP/2 stream was not processed (RFC 9113 §8.7): refused, or above the last
-/// stream of a graceful `GOAWAY`.
-fn refused_h2(e: &hyper::Error) -> bool {
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<h2::Error>())
-        .is_some_and(|h2| {
-            h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
-        })
-}
-
-/// Power of two choices: of two random endpoints not ejected (and not tried yet), the one with
-/// fewer requests in flight. When every untried endpoint is ejected, any untried one.
-fn pick(list: &[Arc<Endpoint>], tried: &[usize]) -> Option<usize> {
-    let untried = |i: &usize| !tried.contains(i);
-    let now = Instant::now();
-    let mut healthy: Vec<usize> = (0..list.len())
-        .filter(untried)
-        .filter(|&i| !list[i].ejected(now))
-        .collect();
-    if healthy.is_empty() {
-        healthy = (0..list.len()).filter(untried).collect();
-    }
-    match healthy.len() {
-        0 => None,
-        1 => Some(healthy[0]),
-        n => {
-            let a = fastrand::usize(..n);
-            let b = (a + 1 + fastrand::usize(..n - 1)) % n;
-            let load = |i: usize| list[healthy[i]].in_flight.load(Ordering::Relaxed);
-            Some(healthy[if load(b) < load(a) { b } else { a }])
-        }
-    }
-}
-
-/// Idle lists per endpoint: one per core for the connection workers (one per core by
-/// default) and one for everything else; a larger worker count shares lists, modulo.
-fn idle_slots() -> usize {
-    static SLOTS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SLOTS.get_or_init(|| crate::config::cpus() + 1)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Endpoint {
-    fn new(addr: SocketAddr) -> Self {
-        Self {
-            addr,
-            in_flight: AtomicUsize::new(0),
-            failures: AtomicU32::new(0),
-            ejected_until: Mutex::new(None),
-            idle: (0..idle_slots()).map(|_| Mutex::default()).collect(),
-            h2: Mutex::default(),
-            h2_connecting: tokio::sync::Mutex::new(()),
-            no_h2: AtomicBool::new(false),
-        }
-    }
-
-    fn ejected(&self, now: Instant) -> bool {
-        lock(&self.ejected_until).is_some_and(|until| now < until)
-    }
-
-    /// Skips this endpoint for a while: 1 s after the first failure, doubling up to 30 s.
-    fn eject(&self) {
-        let failures = self.failures.fetch_add(1, Ordering::Relaxed).min(5);
-        let wait = (EJECT_BASE * 2u32.pow(failures)).min(EJECT_MAX);
-        *lock(&self.ejected_until) = Some(Instant::now() + wait);
-        tracing::debug!(addr = %self.addr, ?wait, "backend endpoint ejected");
-    }
-
-    /// The idle list of the calling thread's worker.
-    fn idle_here(&self) -> MutexGuard<'_, IdleList> {
-        lock(&self.idle[crate::server::workers::slot() % self.idle.len()])
-    }
-
-    /// The most recently used idle connection of this worker that is still open, and when it
-    /// went idle.
-    fn checkout(&self) -> Option<(http1::SendRequest<Body>, Instant)> {
-        let mut idle = self.idle_here();
-        while let Some((send, since)) = idle.pop() {
-            if since.elapsed() < IDLE_TIMEOUT && !send.is_closed() {
-                return Some((send, since));
-            }
-        }
-        None
-    }
-
-    fn checkin(&self, send: http1::SendRequest<Body>) {
-        let mut idle = self.idle_here();
-        if idle.len() < MAX_IDLE && !send.is_closed() {
-            idle.push((send, Instant::now()));
-        }
-    }
-
-    /// An open HTTP/2 connection with a free stream, the stream taken.
-    fn h2_with_room(&self) -> Option<H2Conn> {
-        let mut conns = lock(&self.h2);
-        conns.retain(|c| !c.send.is_closed());
-        conns.iter().find_map(|c| {
-            c.streams
-                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                    (n < STREAMS_PER_CONN).then_some(n + 1)
-                })
-                .ok()
-                .map(|_| c.clone())
-        })
-    }
-}
-
 /// Sends `req` on `send`'s connection and waits for the answer, watching the connection too.
 ///
 /// hyper hands a request to the connection's task over a channel. If that task ends between
@@ -717,151 +564,4 @@ async fn answer_h1(
     }
     drop(send);
     answer.await.map(|res| (res, Conn::None))
-}
-
-/// What a response holds on to.
-enum Conn {
-    None,
-    /// Back to the idle list when the response ends.
-    H1(http1::SendRequest<Body>),
-    /// A stream on a shared connection, given back when the response ends.
-    H2(Arc<AtomicUsize>),
-}
-
-/// A request in flight on an endpoint.
-struct Lease {
-    endpoint: Arc<Endpoint>,
-    conn: Conn,
-}
-
-impl Lease {
-    fn new(endpoint: Arc<Endpoint>) -> Self {
-        endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
-        Self {
-            endpoint,
-            conn: Conn::None,
-        }
-    }
-
-    fn with(mut self, conn: Conn, kind: RequestKind) -> Self {
-        // After an upgrade the connection belongs to the client; never pool it.
-        self.conn = match conn {
-            Conn::H1(_) if kind == RequestKind::Upgrade => Conn::None,
-            conn => conn,
-        };
-        self
-    }
-
-    /// The response ended cleanly: its connection may serve the next request.
-    fn finish(mut self) {
-        if let Conn::H1(send) = std::mem::replace(&mut self.conn, Conn::None) {
-            self.endpoint.checkin(send);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Conn::H2(streams) = &self.conn {
-            streams.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// A backend's response body, holding its connection until it ends.
-pub struct PooledBody {
-    inner: Incoming,
-    lease: Option<Lease>,
-}
-
-impl PooledBody {
-    fn release(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            lease.finish();
-        }
-    }
-}
-
-impl http_body::Body for PooledBody {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        let frame = ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
-        match &frame {
-            None => self.release(),
-            Some(Ok(_)) if self.inner.is_end_stream() => self.release(),
-            // A broken exchange: its connection is dropped, never pooled.
-            Some(Err(_)) => self.lease = None,
-            Some(Ok(_)) => {}
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
-        (0..n)
-            .map(|i| Arc::new(Endpoint::new(([127, 0, 0, 1], 1000 + i as u16).into())))
-            .collect()
-    }
-
-    #[test]
-    fn two_choices_take_the_endpoint_with_fewer_in_flight() {
-        let list = endpoints(2);
-        list[0].in_flight.store(5, Ordering::Relaxed);
-        for _ in 0..100 {
-            assert_eq!(pick(&list, &[]), Some(1));
-        }
-        list[1].in_flight.store(9, Ordering::Relaxed);
-        assert_eq!(pick(&list, &[]), Some(0));
-    }
-
-    #[test]
-    fn ejected_and_tried_endpoints_are_skipped_until_none_is_left() {
-        let list = endpoints(3);
-        list[0].eject();
-        for _ in 0..100 {
-            assert_ne!(pick(&list, &[]), Some(0));
-            assert_eq!(pick(&list, &[1]), Some(2));
-        }
-        // Every untried endpoint ejected: try one anyway rather than fail unseen.
-        list[2].eject();
-        assert!(matches!(pick(&list, &[1]), Some(0 | 2)));
-        assert_eq!(pick(&list, &[0, 1, 2]), None);
-    }
-
-    #[test]
-    fn ejection_doubles_and_is_capped() {
-        let e = Endpoint::new(([127, 0, 0, 1], 1).into());
-        let until = |e: &Endpoint| {
-            lock(&e.ejected_until)
-                .map(|t| t.saturating_duration_since(Instant::now()))
-                .unwrap_or_default()
-        };
-        e.eject();
-        assert!(until(&e) <= EJECT_BASE);
-        e.eject();
-        assert!(until(&e) > EJECT_BASE && until(&e) <= 2 * EJECT_BASE);
-        for _ in 0..10 {
-            e.eject();
-        }
-        assert!(until(&e) > EJECT_MAX / 2 && until(&e) <= EJECT_MAX);
-        assert!(e.ejected(Instant::now()));
-    }
 }
