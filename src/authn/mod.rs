@@ -9,6 +9,7 @@
 mod headers;
 mod settings;
 pub use settings::{AuthnFiles, AuthnLoadError, AuthnSettings, RequestHeaderSettings};
+pub mod jwt;
 mod token;
 mod x509;
 
