@@ -10,6 +10,7 @@ FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 # Cache mounts keep the registry and the target dir between builds; the binary is copied out
 # because a cache mount is not part of the layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

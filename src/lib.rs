@@ -12,19 +12,20 @@
 //! - [`authz`]: the authorization decision for an authenticated request.
 //! - [`reload`]: files (certs, CAs, tokens) that apply when they change.
 //! - [`registry`]: the APIService model, validation, manifest directory source, snapshots.
-//! - [`apiservices`]: the read-only `apiregistration.k8s.io/v1` API over the registry.
+//! - `apiservices`: the read-only `apiregistration.k8s.io/v1` API over the registry.
 //! - [`availability`]: the controller checking each APIService's backend.
 //! - [`discovery`]: the ordering rules, the `/api`, `/apis`, `/apis/<group>` documents (merged
 //!   from the registry, the backends' own aggregated discovery and the delegate's groups), OpenAPI.
 //! - [`proxy`]: backend connections (endpoint balancing, ejection, retry, h1/h2 pooling in
 //!   `proxy::pool`), identity headers, forwarding and streaming.
-//! - [`request_kind`]: a request's kind (ordinary, watch, upgrade, other long-running), decided
+//! - `request_info`: a request's kind (ordinary, watch, upgrade, other long-running), decided
 //!   once and read by limits, timeout, logging and the proxy.
 //! - [`gateway`]: the request pipeline tying the above together.
 //! - [`meta`]: API machinery shared by the served APIs: Accept parameters, Table, times.
-//! - [`metrics`]: Prometheus families.
+//! - `metrics`: Prometheus families.
 //! - [`server`]: the TLS accept loop and graceful drain.
-//! - [`bench`]: `apigw bench`, the performance harness (load generator, nginx/haproxy baselines).
+//! - `apigw-bench` (crates/apigw-bench): the performance harness (load generator,
+//!   nginx/haproxy baselines).
 //! - [`certs`]: the dev PKI, and `apigw certs inspect`.
 //! - [`cluster`]: cluster mode: APIServices, Services and EndpointSlices from a Kubernetes API,
 //!   TokenReview, SubjectAccessReview, Lease leader election, status write-back.
@@ -34,53 +35,18 @@
 //! - [`dev`]: the zero-setup `apigw dev` mode.
 //! - [`errors`], [`body`]: `kind: Status` errors and the streaming body type.
 //! - [`yaml`]: YAML read and written one way (serde-saphyr, as kube-client uses).
+//!
+//! The modules live in the workspace's crates (`crates/`): `apigw-core` (HTTP and TLS
+//! basics), `apigw-gateway` (the gateway), `apigw-sample` (the sample server) and
+//! `apigw-bench`. This crate is the `apigw` binary (`check`, `dev`, `doctor`) and re-exports
+//! the modules under their old paths.
 
-pub mod apiservices;
-pub mod audit;
-pub mod authn;
-pub mod authz;
-pub mod availability;
-pub mod bench;
-pub mod body;
-pub mod certs;
+pub use apigw_core::shutdown_signal;
+pub use apigw_core::{body, certs, errors, meta, reload, server, tls, yaml};
+pub use apigw_gateway::{
+    audit, authn, authz, availability, cluster, config, discovery, gateway, proxy, registry,
+};
+pub use apigw_sample as sample;
 pub mod check;
-pub mod cluster;
-pub mod config;
 pub mod dev;
-pub mod discovery;
 pub mod doctor;
-pub mod errors;
-pub mod gateway;
-pub mod meta;
-pub mod metrics;
-pub mod proxy;
-pub mod registry;
-pub mod reload;
-pub mod request_kind;
-pub mod sample;
-pub mod server;
-pub mod tls;
-pub mod yaml;
-
-/// Resolves on Ctrl-C or SIGTERM: the signal to stop accepting and drain.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutting down: draining connections");
-}

@@ -217,11 +217,3 @@ fn manifest_numbers_are_field_errors() {
         refused(&out, 1, "a.yaml", value);
     }
 }
-
-#[test]
-fn bench_seconds_are_bounded() {
-    for value in ["1e300", "inf"] {
-        let out = apigw(&["bench", "--no-install", "--no-peers", "--duration", value]);
-        refused(&out, 1, "--duration", value);
-    }
-}

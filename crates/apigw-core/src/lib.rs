@@ -1,0 +1,37 @@
+//! HTTP and TLS basics shared by the gateway, the sample server and the bench: the streaming
+//! body type, `kind: Status` errors, TLS configs and certificate verification, the TLS accept
+//! loop with its limits and graceful drain, YAML, the API machinery the served APIs share,
+//! files that apply when they change, the dev PKI, and the shutdown signal. Depends on no other
+//! apigw crate.
+
+pub mod body;
+pub mod certs;
+pub mod errors;
+pub mod meta;
+pub mod reload;
+pub mod server;
+pub mod tls;
+pub mod yaml;
+
+/// Resolves on Ctrl-C or SIGTERM: the signal to stop accepting and drain.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutting down: draining connections");
+}

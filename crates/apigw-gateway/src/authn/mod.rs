@@ -1,0 +1,367 @@
+//! Who is asking. Owns [`Identity`] and the authenticators kube-apiserver would run, in its
+//! order: a trusted front proxy's request headers, the user's x509 client certificate, a static
+//! bearer token, and (only when enabled) anonymous. Every authenticated identity also carries
+//! `system:authenticated`. Certificates are examined once per connection ([`PeerIdentity`]);
+//! requests then only look at headers. In cluster mode, bearer tokens no local method knows
+//! are asked of the cluster ([`TokenReview`]). The identity-header policy the proxy strips
+//! with is also this module's ([`IdentityHeaders`]).
+
+mod headers;
+mod settings;
+pub use settings::{AuthnFiles, AuthnLoadError, AuthnSettings, RequestHeaderSettings};
+pub mod jwt;
+mod token;
+mod x509;
+
+pub use headers::IdentityHeaders;
+pub use token::TokenFile;
+pub use x509::{subject, CertAuthenticator, CertSources, PeerIdentity, PeerSort};
+
+use apigw_core::body::BoxError;
+use apigw_core::errors::Status;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+/// The group every authenticated user belongs to.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The user and group of requests without credentials when anonymous auth is on.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+
+/// An authenticated user, as forwarded to backends in `X-Remote-*` headers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    pub user: String,
+    pub uid: Option<String>,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl Identity {
+    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
+        Self {
+            user: user.into(),
+            groups,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `system:authenticated` unless present (or the user is anonymous), as kube does.
+    fn authenticated(mut self) -> Self {
+        if !self.groups.iter().any(|g| g == AUTHENTICATED) {
+            self.groups.push(AUTHENTICATED.to_string());
+        }
+        self
+    }
+
+    /// A copy with `system:authenticated`, its groups allocated once (every request of a
+    /// certificate-authenticated connection makes one).
+    fn authenticated_clone(&self) -> Self {
+        let mut groups = Vec::with_capacity(self.groups.len() + 1);
+        groups.extend(self.groups.iter().cloned());
+        Self {
+            user: self.user.clone(),
+            uid: self.uid.clone(),
+            groups,
+            extra: self.extra.clone(),
+        }
+        .authenticated()
+    }
+}
+
+/// A boxed future borrowing its reviewer, as the review traits return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Checks a bearer token no local method knows (cluster mode: TokenReview).
+pub trait TokenReview: Send + Sync {
+    /// The identity `token` belongs to, `None` when it is refused, or an error when it could
+    /// not be checked. The identity is returned as the reviewer gave it; the authenticator
+    /// adds `system:authenticated`.
+    fn review<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Option<Identity>, BoxError>>;
+}
+
+/// How each method is checked; built once from the configuration.
+#[derive(Default)]
+pub struct Authenticator {
+    /// The front-proxy identity headers, shared with the proxy that strips them.
+    pub identity_headers: Arc<IdentityHeaders>,
+    /// Swapped whole when the token file changes.
+    pub tokens: Option<arc_swap::ArcSwap<TokenFile>>,
+    pub anonymous: bool,
+    /// Set once, when cluster mode starts.
+    token_review: OnceLock<Box<dyn TokenReview>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("identity_headers", &self.identity_headers)
+            .field("tokens", &self.tokens.is_some())
+            .field("anonymous", &self.anonymous)
+            .field("token_review", &self.token_review.get().is_some())
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// The authenticator for front-proxy headers read with `identity_headers`, the static
+    /// `tokens`, and anonymous requests when `anonymous`.
+    pub fn new(
+        identity_headers: Arc<IdentityHeaders>,
+        tokens: Option<TokenFile>,
+        anonymous: bool,
+    ) -> Self {
+        Self {
+            identity_headers,
+            tokens: tokens.map(arc_swap::ArcSwap::from_pointee),
+            anonymous,
+            token_review: OnceLock::new(),
+        }
+    }
+
+    /// Asks `reviewer` about bearer tokens the local methods refuse. Only the first call
+    /// takes effect.
+    pub fn set_token_review(&self, reviewer: Box<dyn TokenReview>) {
+        if self.token_review.set(reviewer).is_err() {
+            tracing::debug!("token review already set; kept the first");
+        }
+    }
+
+    /// Authenticates one request from its headers and what its connection's certificate
+    /// proved; a bearer token the local methods refuse is then asked of the token review,
+    /// when there is one.
+    pub async fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+        peer: &PeerIdentity,
+    ) -> Result<Identity, Status> {
+        let refused = match self.authenticate_locally(headers, peer) {
+            Ok(id) => return Ok(id),
+            Err(status) => status,
+        };
+        let (Some(reviewer), Some(token)) = (self.token_review.get(), bearer(headers)) else {
+            return Err(refused);
+        };
+        // The reviewer's future is boxed: this network round trip is rare, and would
+        // otherwise enlarge every request's future.
+        match reviewer.review(token).await {
+            Ok(Some(id)) => Ok(id.authenticated()),
+            Ok(None) => Err(refused),
+            Err(e) => {
+                tracing::warn!(error = %e, "TokenReview failed");
+                Err(refused)
+            }
+        }
+    }
+
+    /// The methods that need no network: front proxy, client certificate, token file,
+    /// anonymous.
+    fn authenticate_locally(
+        &self,
+        headers: &http::HeaderMap,
+        peer: &PeerIdentity,
+    ) -> Result<Identity, Status> {
+        match &peer.sort {
+            PeerSort::FrontProxy { .. } => {
+                if let Some(id) = self.identity_headers.identity(headers) {
+                    return Ok(id.authenticated());
+                }
+            }
+            PeerSort::User(id) => return Ok(id.authenticated_clone()),
+            _ => {}
+        }
+        if let Some(token) = bearer(headers) {
+            return match self.tokens.as_ref().and_then(|t| t.load().lookup(token)) {
+                Some(id) => Ok(id.authenticated()),
+                None => Err(Status::unauthorized()),
+            };
+        }
+        if self.anonymous {
+            return Ok(Identity::new(
+                ANONYMOUS_USER,
+                vec![UNAUTHENTICATED.to_string()],
+            ));
+        }
+        Err(Status::unauthorized())
+    }
+}
+
+/// The token of an `Authorization: Bearer` header, if there is a well-formed one.
+pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    /// A token review that knows one token, or fails; counts the calls.
+    struct FakeReview {
+        answer: Result<Option<Identity>, &'static str>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl TokenReview for FakeReview {
+        fn review<'a>(
+            &'a self,
+            token: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Identity>, BoxError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                match &self.answer {
+                    Ok(id) => Ok(id.clone().filter(|_| token == "good")),
+                    Err(e) => Err(BoxError::from(*e)),
+                }
+            })
+        }
+    }
+
+    fn reviewing(
+        answer: Result<Option<Identity>, &'static str>,
+    ) -> (Authenticator, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let a = Authenticator::default();
+        a.set_token_review(Box::new(FakeReview {
+            answer,
+            calls: calls.clone(),
+        }));
+        (a, calls)
+    }
+
+    #[tokio::test]
+    async fn cert_user_wins_and_gets_authenticated_group() {
+        let a = Authenticator::default();
+        let peer = PeerIdentity::user(Identity::new("alice", vec!["team".into()]));
+        let id = a
+            .authenticate(&headers(&[("authorization", "Bearer nope")]), &peer)
+            .await
+            .unwrap();
+        assert_eq!(id.user, "alice");
+        assert_eq!(id.groups, vec!["team", AUTHENTICATED]);
+    }
+
+    #[tokio::test]
+    async fn bad_token_is_401_even_with_anonymous() {
+        let a = Authenticator {
+            anonymous: true,
+            ..Default::default()
+        };
+        let err = a
+            .authenticate(
+                &headers(&[("authorization", "Bearer nope")]),
+                &PeerIdentity::none(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), http::StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn anonymous_only_when_enabled() {
+        let off = Authenticator::default();
+        assert!(off
+            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .await
+            .is_err());
+        let on = Authenticator {
+            anonymous: true,
+            ..Default::default()
+        };
+        let id = on
+            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .await
+            .unwrap();
+        assert_eq!(id.user, ANONYMOUS_USER);
+        assert_eq!(id.groups, vec![UNAUTHENTICATED]);
+    }
+
+    #[tokio::test]
+    async fn front_proxy_headers_ignored_without_front_proxy_cert() {
+        let a = Authenticator {
+            identity_headers: Arc::new(IdentityHeaders::new(
+                &["X-Remote-User"],
+                &["X-Remote-Group"],
+                &["X-Remote-Extra-"],
+            )),
+            ..Default::default()
+        };
+        let h = headers(&[("x-remote-user", "mallory")]);
+        assert!(a.authenticate(&h, &PeerIdentity::none()).await.is_err());
+        let peer = PeerIdentity::front_proxy("front-proxy-client");
+        assert_eq!(a.authenticate(&h, &peer).await.unwrap().user, "mallory");
+        // Without configured headers a front proxy's headers name nobody.
+        let unconfigured = Authenticator::default();
+        assert!(unconfigured.authenticate(&h, &peer).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn token_review_identity_is_authenticated_once() {
+        for groups in [
+            vec!["devs".to_string()],
+            vec!["devs".into(), AUTHENTICATED.into()],
+        ] {
+            let (a, calls) = reviewing(Ok(Some(Identity::new("bob", groups))));
+            let id = a
+                .authenticate(
+                    &headers(&[("authorization", "Bearer good")]),
+                    &PeerIdentity::none(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(id.user, "bob");
+            assert_eq!(id.groups, vec!["devs", AUTHENTICATED]);
+            assert_eq!(calls.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_or_failed_token_review_is_401() {
+        for answer in [
+            Ok(Some(Identity::new("bob", vec![]))),
+            Err("cluster unreachable"),
+        ] {
+            let (a, calls) = reviewing(answer);
+            let err = a
+                .authenticate(
+                    &headers(&[("authorization", "Bearer bad")]),
+                    &PeerIdentity::none(),
+                )
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), http::StatusCode::UNAUTHORIZED);
+            assert_eq!(err.message(), Status::unauthorized().message());
+            assert_eq!(calls.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn token_review_only_asked_when_local_methods_refuse_a_bearer_token() {
+        let (a, calls) = reviewing(Ok(Some(Identity::new("bob", vec![]))));
+        let peer = PeerIdentity::user(Identity::new("alice", vec![]));
+        let h = headers(&[("authorization", "Bearer good")]);
+        assert_eq!(a.authenticate(&h, &peer).await.unwrap().user, "alice");
+        let err = a
+            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), http::StatusCode::UNAUTHORIZED);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+}

@@ -1,0 +1,106 @@
+//! Authentication settings: client certificates, static tokens, anonymous requests and the
+//! front proxy's identity headers. Defaults live only here.
+
+use std::path::PathBuf;
+
+/// How clients are authenticated.
+#[derive(Debug, Clone, Default)]
+pub struct AuthnSettings {
+    /// CA bundle for user client certificates.
+    pub client_ca: Option<PathBuf>,
+    /// Static tokens (kube CSV).
+    pub token_file: Option<PathBuf>,
+    /// Serve requests without credentials as `system:anonymous`.
+    pub anonymous: bool,
+    /// Front-proxy authentication; None: off.
+    pub request_header: Option<RequestHeaderSettings>,
+}
+
+impl AuthnSettings {
+    /// Where client certificates are verified from: the client CA and the front-proxy CA with
+    /// its allowed names. `serve` and `check` load the same sources.
+    pub fn cert_sources(&self) -> super::CertSources {
+        super::CertSources {
+            client_ca: self.client_ca.clone(),
+            front_proxy_ca: self.request_header.as_ref().map(|rh| rh.client_ca.clone()),
+            allowed_names: self
+                .request_header
+                .as_ref()
+                .map(|rh| rh.allowed_names.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Front-proxy (request header) authentication settings.
+#[derive(Debug, Clone)]
+pub struct RequestHeaderSettings {
+    pub client_ca: PathBuf,
+    pub allowed_names: Vec<String>,
+    pub username_headers: Vec<String>,
+    pub group_headers: Vec<String>,
+    pub extra_prefixes: Vec<String>,
+}
+
+impl RequestHeaderSettings {
+    /// The header names used when none are given.
+    pub const DEFAULT_USERNAME_HEADER: &'static str = "X-Remote-User";
+    pub const DEFAULT_GROUP_HEADER: &'static str = "X-Remote-Group";
+    pub const DEFAULT_EXTRA_PREFIX: &'static str = "X-Remote-Extra-";
+
+    /// Trusts front proxies with a certificate from `client_ca`, any name, kube's headers.
+    pub fn new(client_ca: PathBuf) -> Self {
+        Self {
+            client_ca,
+            allowed_names: Vec::new(),
+            username_headers: vec![Self::DEFAULT_USERNAME_HEADER.into()],
+            group_headers: vec![Self::DEFAULT_GROUP_HEADER.into()],
+            extra_prefixes: vec![Self::DEFAULT_EXTRA_PREFIX.into()],
+        }
+    }
+}
+
+/// What authentication reads from files: the client-certificate verifier and the static tokens.
+pub struct AuthnFiles {
+    pub certs: super::CertAuthenticator,
+    pub tokens: Option<super::TokenFile>,
+}
+
+/// A file authentication could not load; it reads as the underlying error.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthnLoadError {
+    /// The client CA or the front-proxy CA (the error names the file).
+    #[error(transparent)]
+    Certs(#[from] apigw_core::tls::TlsError),
+    #[error(transparent)]
+    Tokens(#[from] super::token::TokenFileError),
+}
+
+impl AuthnLoadError {
+    /// The flag that named the file, where the error itself does not say.
+    pub fn flag(&self) -> Option<&'static str> {
+        match self {
+            Self::Certs(_) => None,
+            Self::Tokens(_) => Some("token-auth-file"),
+        }
+    }
+}
+
+impl AuthnSettings {
+    /// Loads every file authentication reads, as `serve` and `check` both do; on failure,
+    /// every problem in order (`serve` reports the first).
+    pub fn load(&self) -> Result<AuthnFiles, Vec<AuthnLoadError>> {
+        let certs =
+            super::CertAuthenticator::load(self.cert_sources()).map_err(AuthnLoadError::from);
+        let tokens = self
+            .token_file
+            .as_deref()
+            .map(super::TokenFile::load)
+            .transpose()
+            .map_err(AuthnLoadError::from);
+        match (certs, tokens) {
+            (Ok(certs), Ok(tokens)) => Ok(AuthnFiles { certs, tokens }),
+            (certs, tokens) => Err(certs.err().into_iter().chain(tokens.err()).collect()),
+        }
+    }
+}

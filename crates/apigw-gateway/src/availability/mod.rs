@@ -1,0 +1,364 @@
+//! The availability controller, as kube-aggregator's: for every APIService, on every registry
+//! change and every interval, check that its service resolves and that
+//! `GET /apis/<group>/<version>` on the backend answers 2xx over verified TLS with the proxy
+//! client certificate. Keeps the `Available` condition (upstream reasons `Local`, `Passed`,
+//! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList. After a
+//! passed check it also asks the backend for its aggregated discovery (`/apis`, once per
+//! backend and round, with `If-None-Match`; see [`crate::proxy::fetch`]) and keeps this
+//! APIService's version entry from it. Discovery serves the entry, else the converted
+//! APIResourceList (as `Stale` while the backend is down).
+
+mod settings;
+
+use crate::metrics::Metrics;
+use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
+use crate::proxy::Proxy;
+use crate::registry::{ApiService, Registry};
+use arc_swap::ArcSwap;
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+
+/// The `Available` condition of one APIService.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub available: bool,
+    pub reason: &'static str,
+    pub message: String,
+    pub last_transition: SystemTime,
+}
+
+/// What the controller knows about one APIService.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub condition: Condition,
+    /// The backend's APIResourceList from the last successful check.
+    pub resources: Option<Arc<Value>>,
+    /// This group version's entry in the backend's aggregated discovery (`/apis` as an
+    /// `APIGroupDiscoveryList`), from the last time the backend answered; None when it serves
+    /// only legacy discovery.
+    pub aggregated: Option<Arc<Value>>,
+}
+
+/// Shared, lock-free view of every APIService's state, keyed by name.
+#[derive(Debug)]
+pub struct Availability {
+    states: ArcSwap<HashMap<String, Arc<State>>>,
+    changed: watch::Sender<u64>,
+    /// The backends' aggregated discovery, cached with ETags.
+    discovery: Fetcher,
+}
+
+impl Default for Availability {
+    fn default() -> Self {
+        Self {
+            states: ArcSwap::default(),
+            changed: watch::channel(0).0,
+            discovery: Fetcher::default(),
+        }
+    }
+}
+
+impl Availability {
+    pub fn get(&self, name: &str) -> Option<Arc<State>> {
+        self.states.load().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Arc<HashMap<String, Arc<State>>> {
+        self.states.load_full()
+    }
+
+    /// The number of rounds that changed something; part of the discovery cache key.
+    pub fn round(&self) -> u64 {
+        *self.changed.borrow()
+    }
+
+    /// Wakes on every change of a condition or of discovered resources; the value counts rounds
+    /// that changed something (0 until the first round completes).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// How often and how patiently to check.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// At most this many checks run at once.
+const CONCURRENCY: usize = 32;
+/// Discovery documents bigger than this are refused.
+const MAX_DISCOVERY_BYTES: usize = crate::proxy::fetch::MAX_BYTES;
+
+/// Runs the controller until the registry is dropped.
+pub fn spawn(
+    registry: Arc<Registry>,
+    proxy: Arc<Proxy>,
+    availability: Arc<Availability>,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+) {
+    tokio::spawn(async move {
+        let mut changes = registry.subscribe();
+        let mut round = 0u64;
+        let mut cycle = 0u64;
+        loop {
+            cycle += 1;
+            let snapshot = registry.snapshot();
+            let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
+            let live = services
+                .iter()
+                .filter_map(|s| s.service.as_ref())
+                .map(|s| format!("{}:{}", s.host(), s.port))
+                .collect();
+            availability.discovery.retain(&live);
+            let results: Vec<(String, State)> = futures_util::stream::iter(services)
+                .map(|svc| {
+                    let (proxy, availability, timeout) =
+                        (proxy.clone(), availability.clone(), settings.timeout);
+                    async move {
+                        let previous = availability.get(&svc.name);
+                        let state = check(
+                            &proxy,
+                            &availability,
+                            &svc,
+                            previous.as_deref(),
+                            (cycle, timeout),
+                        )
+                        .await;
+                        (svc.name.clone(), state)
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+            if publish(&availability, &metrics, results) || round == 0 {
+                round += 1;
+                availability.changed.send_replace(round);
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(settings.interval) => {}
+            }
+        }
+    });
+}
+
+/// Stores a round's results; returns whether anything changed.
+fn publish(availability: &Availability, metrics: &Metrics, results: Vec<(String, State)>) -> bool {
+    let old = availability.all();
+    let mut next = HashMap::with_capacity(results.len());
+    let mut changed = results.len() != old.len();
+    for (name, state) in results {
+        let previous = old.get(&name);
+        let was_available = previous.map(|p| p.condition.available);
+        let newly_unavailable = (!state.condition.available && was_available != Some(false))
+            .then_some(state.condition.reason);
+        metrics.set_available(&name, state.condition.available, newly_unavailable);
+        if was_available != Some(state.condition.available) {
+            if state.condition.available {
+                tracing::info!(apiservice = %name, reason = state.condition.reason, "APIService available");
+            } else {
+                tracing::warn!(apiservice = %name, reason = state.condition.reason, message = %state.condition.message, "APIService unavailable");
+            }
+        }
+        changed |= previous.is_none_or(|p| {
+            p.condition != state.condition
+                || !same_resources(&p.resources, &state.resources)
+                || !same_resources(&p.aggregated, &state.aggregated)
+        });
+        next.insert(name, Arc::new(state));
+    }
+    for name in old.keys().filter(|n| !next.contains_key(*n)) {
+        metrics.forget(name);
+    }
+    availability.states.store(Arc::new(next));
+    changed
+}
+
+fn same_resources(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Checks one APIService in refresh cycle `cycle`. Keeps the previous transition time when the
+/// status did not change, and the previous resources when the backend could not be asked.
+async fn check(
+    proxy: &Proxy,
+    availability: &Availability,
+    svc: &ApiService,
+    previous: Option<&State>,
+    (cycle, timeout): (u64, Duration),
+) -> State {
+    let (available, reason, message, resources) = probe(proxy, svc, timeout).await;
+    if !available {
+        proxy.evict(svc);
+    }
+    let kept = || previous.and_then(|p| p.aggregated.clone());
+    let aggregated = if available {
+        match aggregated_entry(proxy, &availability.discovery, svc, (cycle, timeout)).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                let error = apigw_core::errors::chain(&e);
+                tracing::debug!(apiservice = %svc.name, %error, "aggregated discovery not fetched");
+                kept()
+            }
+        }
+    } else {
+        kept()
+    };
+    let last_transition = match previous {
+        Some(p) if p.condition.available == available => p.condition.last_transition,
+        _ => SystemTime::now(),
+    };
+    let resources = resources
+        .map(Arc::new)
+        .or_else(|| previous.and_then(|p| p.resources.clone()));
+    State {
+        condition: Condition {
+            available,
+            reason,
+            message,
+            last_transition,
+        },
+        resources,
+        aggregated,
+    }
+}
+
+/// Why an APIService's aggregated discovery entry could not be fetched.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error(transparent)]
+    Backend(#[from] apigw_core::errors::Status),
+    #[error(transparent)]
+    Fetch(#[from] crate::proxy::FetchError),
+}
+
+/// This APIService's version entry in its backend's aggregated `/apis`; None when the backend
+/// serves only legacy discovery, or its aggregated list lacks this group version (the
+/// APIResourceList of the check then stands in); an error when it could not be asked.
+async fn aggregated_entry(
+    proxy: &Proxy,
+    fetcher: &Fetcher,
+    svc: &ApiService,
+    (cycle, timeout): (u64, Duration),
+) -> Result<Option<Arc<Value>>, EntryError> {
+    let Some(service) = &svc.service else {
+        return Ok(None);
+    };
+    let backend = proxy.backend_for(svc)?;
+    let key = format!("{}:{}", service.host(), service.port);
+    let answer = fetcher
+        .get(&key, &backend, "/apis", AGGREGATED_ACCEPT, cycle, timeout)
+        .await?;
+    Ok(match answer.as_ref() {
+        Answer::Aggregated(index) => index.get(&svc.group, &svc.version).cloned(),
+        Answer::Legacy(_) => None,
+    })
+}
+
+async fn probe(
+    proxy: &Proxy,
+    svc: &ApiService,
+    timeout: Duration,
+) -> (bool, &'static str, String, Option<Value>) {
+    let Some(service) = &svc.service else {
+        return (
+            true,
+            "Local",
+            "Local APIServices are always available".into(),
+            None,
+        );
+    };
+    if let Err(e) = proxy.resolve(&service.host(), service.port).await {
+        // The cluster resolver words its errors as upstream does; DNS errors get its prefix.
+        let text = e.to_string();
+        let reason = if text.contains("no endpoints available") {
+            "MissingEndpoints"
+        } else if text.contains("no service port") {
+            "ServicePortError"
+        } else {
+            "ServiceNotFound"
+        };
+        let message = if text.starts_with("service/") || reason != "ServiceNotFound" {
+            text
+        } else {
+            format!(
+                "service/{} in {:?} is not present: {text}",
+                service.name, service.namespace
+            )
+        };
+        return (false, reason, message, None);
+    }
+    let backend = match proxy.backend_for(svc) {
+        Ok(b) => b,
+        Err(status) => {
+            return (
+                false,
+                "FailedDiscoveryCheck",
+                status.message().to_string(),
+                None,
+            )
+        }
+    };
+    let path = format!("/apis/{}/{}", svc.group, svc.version);
+    let failing = |detail: String| {
+        format!(
+            "failing or missing response from {}: {detail}",
+            backend.url(&path)
+        )
+    };
+    match backend
+        .fetch(
+            &path,
+            "application/json",
+            None,
+            MAX_DISCOVERY_BYTES,
+            timeout,
+        )
+        .await
+    {
+        Ok(Some((body, _))) => match serde_json::from_slice::<Value>(&body) {
+            Ok(doc) if doc.get("kind").and_then(Value::as_str) == Some("APIResourceList") => {
+                (true, "Passed", "all checks passed".into(), Some(doc))
+            }
+            Ok(_) => (
+                false,
+                "FailedDiscoveryCheck",
+                failing("the answer is not an APIResourceList".into()),
+                None,
+            ),
+            Err(e) => (
+                false,
+                "FailedDiscoveryCheck",
+                failing(format!("invalid JSON: {e}")),
+                None,
+            ),
+        },
+        Ok(None) => (
+            false,
+            "FailedDiscoveryCheck",
+            failing("unexpected 304".into()),
+            None,
+        ),
+        Err(e) => (false, "FailedDiscoveryCheck", failing(e.to_string()), None),
+    }
+}

@@ -1,0 +1,367 @@
+//! Configuration: the `serve` flags (kube-apiserver's names) and the equivalent YAML file
+//! (camelCase), merged with flags winning, then validated into one [`Config`] before any port
+//! is bound. Every problem names the flag or the file and field. Relative paths in the file
+//! are relative to the file.
+//!
+//! Each concern owns its settings, their defaults and their checks, beside the code that uses
+//! them ([`ServerSettings`], [`LimitsSettings`], [`AuthnSettings`], [`AuthzSettings`],
+//! [`BackendSettings`], [`crate::availability::Settings`], [`crate::audit::Settings`],
+//! [`ClusterSettings`]); here are the flags (`flags.rs`), the file (`file.rs`) and their merge,
+//! one function per section (`merge.rs`).
+
+mod file;
+mod flags;
+mod merge;
+#[cfg(test)]
+mod tests;
+
+pub use crate::authn::{AuthnSettings, RequestHeaderSettings};
+/// How requests are authorized; owned by `authz`, named here for the settings.
+pub use crate::authz::{AuthzMode, AuthzSettings};
+pub use crate::cluster::{ClusterSettings, LeaderElection};
+pub use crate::proxy::{BackendSettings, Delegate};
+pub use apigw_core::server::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
+pub use flags::{
+    AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, Flags, LimitsFlags,
+    LogFlags, ProxyFlags, ServerFlags, ServingFlags,
+};
+
+/// Front-proxy (request header) authentication settings (the name before sections).
+pub type RequestHeader = RequestHeaderSettings;
+/// Cluster-mode settings (the name before sections).
+pub type Cluster = ClusterSettings;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How the gateway logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogSettings {
+    /// JSON lines rather than text.
+    pub json: bool,
+}
+
+/// The validated configuration of a gateway, by section.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// The serving certificate and key.
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub server: ServerSettings,
+    pub limits: LimitsSettings,
+    pub authn: AuthnSettings,
+    pub authz: AuthzSettings,
+    pub proxy: BackendSettings,
+    pub availability: crate::availability::Settings,
+    pub audit: Option<crate::audit::Settings>,
+    pub cluster: Option<ClusterSettings>,
+    pub apiservice_dir: Option<PathBuf>,
+    /// Serve /metrics (and health) on this plain-HTTP address too.
+    pub metrics_listen: Option<SocketAddr>,
+    pub log: LogSettings,
+    /// What loading found worth a warning but not an error (a deprecated flag or key), for
+    /// the caller to log once logging is set up.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// A configuration with every default, serving `cert`/`key` (for tests and embedding).
+    pub fn new(tls_cert: PathBuf, tls_key: PathBuf) -> Self {
+        Self {
+            tls_cert,
+            tls_key,
+            ..Self::default()
+        }
+    }
+}
+
+/// The longest duration a setting takes: Go's `time.Duration` (int64 nanoseconds, about 292
+/// years), the type kube's flags parse into. Anything longer is an error, never a wrap or a
+/// panic, and every deadline computed from a setting stays representable.
+pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// Parses a Go-style duration as kube flags take them: `500ms`, `30s`, `5m`, `1h`, `1m30s`,
+/// `1.5h` (also `ns`, `us`, `µs`), up to [`MAX_DURATION`]. Exact integer arithmetic: no input
+/// overflows or panics; a number too large is an error naming the input.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    const MAX_NANOS: u128 = MAX_DURATION.as_nanos();
+    // Fraction digits past this many cannot change the result by a nanosecond.
+    const FRACTION_DIGITS: usize = 20;
+    const UNITS: &str = "ns, us, ms, s, m, h";
+    let not_a_duration = || format!("{text:?} is not a duration like 30s");
+    let too_long = || {
+        format!("{text:?} is too long: the longest duration is 2562047h47m16.854775807s (about 292 years)")
+    };
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        rest = after;
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(not_a_duration());
+        }
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("{text:?}: a number needs a unit ({UNITS})")),
+            unit => return Err(format!("{text:?}: unknown unit {unit:?} ({UNITS})")),
+        };
+        // Whole units, stopping as soon as the value is past the longest duration.
+        let mut units: u128 = 0;
+        for digit in whole.bytes() {
+            units = units * 10 + u128::from(digit - b'0');
+            if units > MAX_NANOS {
+                return Err(too_long());
+            }
+        }
+        let mut nanos = units.checked_mul(unit_nanos).ok_or_else(too_long)?;
+        // The fraction, exactly (to the nanosecond, truncated as Go does).
+        let fraction = &fraction[..fraction.len().min(FRACTION_DIGITS)];
+        if !fraction.is_empty() {
+            let digits: u128 = fraction.parse().map_err(|_| not_a_duration())?;
+            nanos += digits * unit_nanos / 10u128.pow(fraction.len() as u32);
+        }
+        total = total.checked_add(nanos).ok_or_else(too_long)?;
+        if total > MAX_NANOS {
+            return Err(too_long());
+        }
+    }
+    u64::try_from(total)
+        .map(Duration::from_nanos)
+        .map_err(|_| too_long())
+}
+
+/// One configuration problem: where (a flag, or file and field) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub at: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+/// Where a setting came from, for error messages.
+struct Origin<'a> {
+    file: Option<&'a Path>,
+}
+
+impl Origin<'_> {
+    /// Names a setting: `--flag-name` or `file.yaml: camelName`.
+    fn name(&self, flag: &str, from_file: bool) -> String {
+        match (from_file, self.file) {
+            (true, Some(file)) => format!("{}: {}", file.display(), camel(flag)),
+            _ => format!("--{flag}"),
+        }
+    }
+}
+
+fn camel(flag: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in flag.chars() {
+        if c == '-' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What a configuration is loaded for: serving needs the serving certificate; checking
+/// validates what is given and leaves out what is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Serve,
+    Check,
+}
+
+/// A configuration loaded by `apigw check`, where settings only serving needs may be missing.
+#[derive(Debug, Clone)]
+pub struct Checkable {
+    /// The configuration. Without a serving pair its `tls_cert` and `tls_key` are empty paths:
+    /// it is for checking, not for serving.
+    pub config: Config,
+    /// Whether `--tls-cert-file` and `--tls-private-key-file` were given.
+    pub serving: bool,
+}
+
+impl Config {
+    /// Reads the file named by `--config` (if any), applies the flags over it, and validates.
+    pub fn load(flags: &Flags) -> Result<Self, Vec<ConfigError>> {
+        load(flags, Purpose::Serve).map(|c| c.config)
+    }
+
+    /// As [`Config::load`], but the serving certificate and key may be missing (`apigw check`).
+    pub fn load_for_check(flags: &Flags) -> Result<Checkable, Vec<ConfigError>> {
+        load(flags, Purpose::Check)
+    }
+}
+
+fn load(flags: &Flags, purpose: Purpose) -> Result<Checkable, Vec<ConfigError>> {
+    let (file, base) = match &flags.config {
+        Some(path) => (file::read_file(path)?, path.parent().map(Path::to_path_buf)),
+        None => (file::File::default(), None),
+    };
+    let origin = Origin {
+        file: flags.config.as_deref(),
+    };
+    merge::merge(flags, file, base.as_deref(), &origin, purpose)
+}
+
+/// Checks that the file `--config` names (dev mode's `config/dev.yaml`) can be read, is a
+/// configuration, and that its manifest directory exists, without looking at the certificate
+/// files it names: what `apigw dev` checks before it writes the dev PKI.
+pub fn check_config_file(path: &Path) -> Result<(), Vec<ConfigError>> {
+    let file = file::read_file(path)?;
+    match file.proxy.apiservice_dir {
+        Some(dir) => {
+            let dir = path.parent().map_or(dir.clone(), |b| b.join(&dir));
+            if dir.is_dir() {
+                Ok(())
+            } else {
+                Err(vec![ConfigError {
+                    at: format!("{}: apiserviceDir", path.display()),
+                    message: format!("{}: no such directory", dir.display()),
+                }])
+            }
+        }
+        None => Ok(()),
+    }
+}
+
+/// Loads each certificate and key pair of `cfg` (serving, proxy client) and checks that each
+/// key belongs to its certificate. Each problem names both flags and both files.
+pub fn check_key_pairs(cfg: &Config) -> Vec<ConfigError> {
+    let mut pairs = Vec::new();
+    if !cfg.tls_cert.as_os_str().is_empty() {
+        pairs.push((
+            "tls-cert-file",
+            "tls-private-key-file",
+            &cfg.tls_cert,
+            &cfg.tls_key,
+        ));
+    }
+    if let Some((cert, key)) = &cfg.proxy.proxy_client {
+        pairs.push(("proxy-client-cert-file", "proxy-client-key-file", cert, key));
+    }
+    pairs
+        .into_iter()
+        .filter_map(|(cert_flag, key_flag, cert, key)| {
+            check_key_pair(cert_flag, key_flag, cert, key).err()
+        })
+        .collect()
+}
+
+/// Loads the certificate `cert` and key `key`, given as `--{cert_flag}` and `--{key_flag}`,
+/// and checks that the key is the certificate's; the problem names both flags and files.
+pub fn check_key_pair(
+    cert_flag: &str,
+    key_flag: &str,
+    cert: &Path,
+    key: &Path,
+) -> Result<(), ConfigError> {
+    let chain = apigw_core::tls::load_certs(cert).map_err(|e| ConfigError {
+        at: format!("--{cert_flag}"),
+        message: e.to_string(),
+    })?;
+    let der = apigw_core::tls::load_key(key).map_err(|e| ConfigError {
+        at: format!("--{key_flag}"),
+        message: e.to_string(),
+    })?;
+    match rustls::sign::CertifiedKey::from_der(chain, der, &apigw_core::tls::provider()) {
+        Ok(_) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(ConfigError {
+                at: format!("--{key_flag}"),
+                message: format!(
+                    "{} does not match --{cert_flag} {}: the key is not the certificate's",
+                    key.display(),
+                    cert.display()
+                ),
+            })
+        }
+        Err(e) => Err(ConfigError {
+            at: format!("--{key_flag}"),
+            message: format!(
+                "{} with --{cert_flag} {}: {e}",
+                key.display(),
+                cert.display()
+            ),
+        }),
+    }
+}
+
+/// The problems of a missing serving certificate or key: both are required to serve; to
+/// check, both or neither. Each says where the setting can be given.
+fn serving_problems(
+    cert: bool,
+    key: bool,
+    file: Option<&Path>,
+    purpose: Purpose,
+) -> Vec<ConfigError> {
+    const CERT: &str = "tls-cert-file";
+    const KEY: &str = "tls-private-key-file";
+    let where_to = |flag: &str| match file {
+        Some(f) => format!("give --{flag}, or {} in {}", camel(flag), f.display()),
+        None => format!("give --{flag}, or --config FILE with {} in it", camel(flag)),
+    };
+    match (cert, key) {
+        (true, true) => Vec::new(),
+        (false, false) if purpose == Purpose::Check => Vec::new(),
+        (false, false) if file.is_none() => vec![ConfigError {
+            at: format!("--{CERT}, --{KEY}"),
+            message: format!(
+                "missing: serving needs a certificate and its key; give them as flags, or \
+                 --config FILE, a YAML file that sets them as {} and {} (config/dev.yaml does, \
+                 for the dev PKI `apigw certs dev` writes)",
+                camel(CERT),
+                camel(KEY)
+            ),
+        }],
+        (false, false) => vec![
+            ConfigError {
+                at: format!("--{CERT}"),
+                message: format!("is required: {}", where_to(CERT)),
+            },
+            ConfigError {
+                at: format!("--{KEY}"),
+                message: format!("is required: {}", where_to(KEY)),
+            },
+        ],
+        (true, false) => vec![ConfigError {
+            at: format!("--{KEY}"),
+            message: format!("is required with --{CERT}: {}", where_to(KEY)),
+        }],
+        (false, true) => vec![ConfigError {
+            at: format!("--{CERT}"),
+            message: format!("is required with --{KEY}: {}", where_to(CERT)),
+        }],
+    }
+}

@@ -1,0 +1,390 @@
+//! Discovery served by the gateway itself: `/api` (APIVersions), `/apis` (APIGroupList, or the
+//! aggregated APIGroupDiscoveryList when asked for it) and `/apis/<group>` (APIGroup), built from
+//! the registry snapshot, the gateway's own groups and the delegate's groups
+//! ([`delegate`]) in kube-aggregator's order ([`order`], [`aggregated`]), with what each
+//! backend says it serves ([`fetch`]). Documents are rendered once per registry, availability
+//! or delegate change, reusing every part the change did not touch ([`render`]), each with a
+//! strong ETag, and served with content negotiation on `Accept` as kube-apiserver does it.
+
+pub mod aggregated;
+pub mod delegate;
+pub mod openapi;
+pub mod order;
+pub mod render;
+
+use crate::availability::State;
+use crate::registry::{ApiService, Snapshot};
+use apigw_core::body::{empty, full, Body};
+use apigw_core::errors::Status;
+use apigw_core::meta;
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A rendered document and its ETag.
+#[derive(Debug, Clone)]
+pub struct Doc {
+    pub bytes: Bytes,
+    pub etag: HeaderValue,
+    pub content_type: &'static str,
+}
+
+pub(crate) const JSON: &str = "application/json";
+pub(crate) const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub(crate) const V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+impl Doc {
+    pub fn new(value: &Value, content_type: &'static str) -> Self {
+        Self::from_text(value.to_string(), content_type)
+    }
+
+    /// A document already rendered as JSON text.
+    pub fn from_text(text: String, content_type: &'static str) -> Self {
+        let bytes = Bytes::from(text);
+        Self {
+            etag: etag(&bytes),
+            bytes,
+            content_type,
+        }
+    }
+}
+
+/// Upstream's ETag: the quoted uppercase hex SHA-512 of the bytes.
+pub fn etag(bytes: &[u8]) -> HeaderValue {
+    etag_of(ring::digest::digest(&ring::digest::SHA512, bytes))
+}
+
+/// The ETag of a finished SHA-512 digest.
+fn etag_of(digest: ring::digest::Digest) -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(130);
+    out.push(b'"');
+    for b in digest.as_ref() {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 15)]);
+    }
+    out.push(b'"');
+    HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+/// The aggregated list around already rendered `items` (joined with commas here), as v2 and
+/// v2beta1. `apiVersion` is the last member, so both documents share every byte up to its
+/// version suffix and one SHA-512 pass over the common part serves both ETags.
+pub fn aggregated_docs(items: &[&str]) -> [Doc; 2] {
+    const HEAD: &str = r#"{"kind":"APIGroupDiscoveryList","metadata":{},"items":["#;
+    const API_VERSION: &str = r#"],"apiVersion":"apidiscovery.k8s.io/v2"#;
+    let len: usize = items.iter().map(|i| i.len() + 1).sum();
+    let mut common = Vec::with_capacity(HEAD.len() + len + API_VERSION.len() + 8);
+    common.extend_from_slice(HEAD.as_bytes());
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            common.push(b',');
+        }
+        common.extend_from_slice(item.as_bytes());
+    }
+    common.extend_from_slice(API_VERSION.as_bytes());
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
+    hash.update(&common);
+    let mut beta_hash = hash.clone();
+    let mut beta = Vec::with_capacity(common.len() + 7);
+    beta.extend_from_slice(&common);
+    for (bytes, hash, tail) in [
+        (&mut common, &mut hash, &b"\"}"[..]),
+        (&mut beta, &mut beta_hash, &b"beta1\"}"[..]),
+    ] {
+        bytes.extend_from_slice(tail);
+        hash.update(tail);
+    }
+    [
+        Doc {
+            bytes: Bytes::from(common),
+            etag: etag_of(hash.finish()),
+            content_type: V2,
+        },
+        Doc {
+            bytes: Bytes::from(beta),
+            etag: etag_of(beta_hash.finish()),
+            content_type: V2BETA1,
+        },
+    ]
+}
+
+/// The documents of one (registry, availability, delegate) state, rendered by
+/// [`render::RenderCache::render`].
+#[derive(Debug)]
+pub struct Documents {
+    key: (u64, u64, u64),
+    /// `/apis`: legacy, v2, v2beta1.
+    pub apis: [Doc; 3],
+    /// `/api` without a delegate: legacy, v2, v2beta1.
+    pub api: Arc<[Doc; 3]>,
+    /// `/apis/<group>` by group name.
+    pub groups: Arc<HashMap<String, Doc>>,
+}
+
+/// A group version the gateway serves itself, listed among the registry's.
+#[derive(Debug, Clone)]
+pub struct Builtin {
+    pub svc: Arc<ApiService>,
+    pub state: Arc<State>,
+}
+
+impl Builtin {
+    /// A built-in group version serving the resources of `list` (an APIResourceList).
+    pub fn new(svc: Arc<ApiService>, list: Value) -> Self {
+        let condition = crate::availability::Condition {
+            available: true,
+            reason: "Local",
+            message: "served by the gateway".into(),
+            last_transition: std::time::SystemTime::now(),
+        };
+        let state = State {
+            condition,
+            resources: Some(Arc::new(list)),
+            aggregated: None,
+        };
+        Self {
+            svc,
+            state: Arc::new(state),
+        }
+    }
+}
+
+/// The documents of the newest state, rendered on first use after a change.
+#[derive(Debug, Default)]
+pub struct Cache {
+    current: ArcSwapOption<Documents>,
+    builtin: Vec<Builtin>,
+    render: render::RenderCache,
+    /// The delegate's groups; empty without `--delegate-url`.
+    pub delegate: Arc<delegate::DelegateDiscovery>,
+}
+
+impl Cache {
+    /// A cache whose documents also list `builtin` group versions.
+    pub fn new(builtin: Vec<Builtin>) -> Self {
+        Self {
+            builtin,
+            ..Self::default()
+        }
+    }
+
+    /// `key` identifies the state: (registry generation, availability round); the delegate's
+    /// generation completes it.
+    pub fn get(
+        &self,
+        snapshot: &Snapshot,
+        states: &HashMap<String, Arc<State>>,
+        key: (u64, u64),
+    ) -> Arc<Documents> {
+        let known = self.delegate.current();
+        let key = (key.0, key.1, known.generation);
+        if let Some(docs) = self.current.load_full() {
+            if docs.key == key {
+                return docs;
+            }
+        }
+        let docs =
+            Arc::new(
+                self.render
+                    .render(snapshot, states, &self.builtin, &known.versions, key),
+            );
+        self.current.store(Some(docs.clone()));
+        docs
+    }
+}
+
+/// Which form of a discovery document the client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    Legacy = 0,
+    V2 = 1,
+    V2Beta1 = 2,
+}
+
+/// Honours the `Accept` list in order, as kube-apiserver does; None when nothing offered is
+/// served (406).
+pub fn negotiate(headers: &HeaderMap, aggregated: bool) -> Option<Form> {
+    let mut ranges = meta::accept_ranges(headers).peekable();
+    if ranges.peek().is_none() {
+        return Some(Form::Legacy);
+    }
+    for range in ranges {
+        let media = range
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let json_like = matches!(media.as_str(), "application/json" | "application/*" | "*/*");
+        match meta::range_param(range, "as") {
+            Some("APIGroupDiscoveryList")
+                if json_like
+                    && aggregated
+                    && meta::range_param(range, "g") == Some("apidiscovery.k8s.io") =>
+            {
+                match meta::range_param(range, "v") {
+                    Some("v2") => return Some(Form::V2),
+                    Some("v2beta1") => return Some(Form::V2Beta1),
+                    _ => continue,
+                }
+            }
+            Some(_) => continue,
+            None if json_like => return Some(Form::Legacy),
+            None => continue,
+        }
+    }
+    None
+}
+
+/// Serves one of `forms` (indexed by [`Form`]); `forms` has one entry for legacy-only documents.
+pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Status::method_not_allowed(format!(
+            "{} is not supported on discovery documents",
+            req.method()
+        ))
+        .into_response();
+    }
+    let Some(form) = negotiate(req.headers(), forms.len() > 1) else {
+        let offered = if forms.len() > 1 {
+            format!("{JSON}, {V2}, {V2BETA1}")
+        } else {
+            JSON.to_string()
+        };
+        return Status::not_acceptable(format!(
+            "only the following media types are accepted: {offered}"
+        ))
+        .into_response();
+    };
+    let doc = &forms[form as usize];
+    let matches = req
+        .headers()
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim() == doc.etag.to_str().unwrap_or_default() || t.trim() == "*");
+    let mut res = if matches {
+        let mut r = Response::new(empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = Response::new(full(doc.bytes.clone()));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(doc.content_type),
+        );
+        r
+    };
+    let h = res.headers_mut();
+    h.insert(header::ETAG, doc.etag.clone());
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+    use serde_json::json;
+
+    fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {
+        ApiService::from_value(json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {"group": group, "version": version, "groupPriorityMinimum": gpm,
+                     "versionPriority": vp, "service": {"name": "s", "namespace": "n"}}
+        }))
+        .unwrap()
+    }
+
+    fn headers(accept: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, accept.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn documents_follow_the_order_with_apiregistration_first() {
+        let registry = Registry::default();
+        registry.replace(Snapshot::new([
+            svc("wardle.example.com", "v1alpha1", 1000, 15),
+            svc("wardle.example.com", "v1", 2000, 20),
+            svc("bloops.example.com", "v1", 1500, 10),
+        ]));
+        let cache = Cache::default();
+        let docs = cache.get(&registry.snapshot(), &HashMap::new(), (1, 0));
+        let list: Value = serde_json::from_slice(&docs.apis[0].bytes).unwrap();
+        assert_eq!(list["kind"], "APIGroupList");
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "apiregistration.k8s.io",
+                "wardle.example.com",
+                "bloops.example.com"
+            ]
+        );
+        assert_eq!(list["groups"][1]["preferredVersion"]["version"], "v1");
+        let group: Value =
+            serde_json::from_slice(&docs.groups["wardle.example.com"].bytes).unwrap();
+        assert_eq!(group["kind"], "APIGroup");
+        assert_eq!(group["versions"][1]["version"], "v1alpha1");
+        assert!(Arc::ptr_eq(
+            &docs,
+            &cache.get(&registry.snapshot(), &HashMap::new(), (1, 0))
+        ));
+        assert!(!Arc::ptr_eq(
+            &docs,
+            &cache.get(&registry.snapshot(), &HashMap::new(), (1, 1))
+        ));
+        let etag = docs.apis[0].etag.to_str().unwrap();
+        assert_eq!(etag.len(), 130);
+        assert!(etag[1..129]
+            .chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+        // The shared-prefix digests are those of the bytes served.
+        for doc in &docs.apis {
+            assert_eq!(doc.etag, super::etag(&doc.bytes));
+            assert!(serde_json::from_slice::<Value>(&doc.bytes).is_ok());
+        }
+        let beta: Value = serde_json::from_slice(&docs.apis[2].bytes).unwrap();
+        assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    }
+
+    #[test]
+    fn negotiation_honours_the_accept_list_in_order() {
+        use Form::{Legacy, V2Beta1};
+        assert_eq!(negotiate(&HeaderMap::new(), true), Some(Legacy));
+        assert_eq!(negotiate(&headers(V2), true), Some(Form::V2));
+        assert_eq!(
+            negotiate(&headers(&format!("{V2BETA1},{V2}")), true),
+            Some(V2Beta1)
+        );
+        assert_eq!(
+            negotiate(
+                &headers(&format!(
+                    "application/vnd.kubernetes.protobuf;{},{V2},application/json",
+                    "as=APIGroupDiscoveryList;g=apidiscovery.k8s.io;v=v2"
+                )),
+                true
+            ),
+            Some(Form::V2)
+        );
+        assert_eq!(negotiate(&headers("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList, application/json"), true), Some(Legacy));
+        assert_eq!(negotiate(&headers("*/*"), true), Some(Legacy));
+        assert_eq!(negotiate(&headers("application/x-unknown"), true), None);
+        assert_eq!(negotiate(&headers(V2), false), None);
+    }
+}

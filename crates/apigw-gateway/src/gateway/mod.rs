@@ -1,0 +1,449 @@
+//! The front door: [`Gateway`] holds what every request may need, [`GatewayService`] runs the
+//! request pipeline (its phases are described in `pipeline`), [`routes`] decides where an
+//! admitted request goes, and [`access`] logs it. Also owns start-up ([`Gateway::build`] loads
+//! every file the configuration names) and the run loop with graceful shutdown ([`run`]).
+
+mod access;
+mod health;
+mod host;
+mod limits;
+mod paths;
+mod pipeline;
+mod protobuf;
+mod reviews;
+mod routes;
+#[cfg(test)]
+mod tests;
+mod version;
+
+pub use health::Health;
+pub use pipeline::{GatewayService, ResponseFuture};
+
+use crate::apiservices::ApiServices;
+use crate::authn::{Authenticator, CertAuthenticator, IdentityHeaders, TokenFile};
+use crate::authz::Authorizer;
+use crate::availability::{self, Availability};
+use crate::config::Config;
+use crate::discovery;
+use crate::metrics::Metrics;
+use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
+use crate::registry::Registry;
+use anyhow::Context as _;
+use apigw_core::body::Body;
+use apigw_core::server::ConnInfo;
+use apigw_core::tls::{self, ReloadingCert};
+use http::{Request, Response};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a request may need, shared by all connections.
+pub struct Gateway {
+    pub registry: Arc<Registry>,
+    pub availability: Arc<Availability>,
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+    audit: Option<Arc<crate::audit::Auditor>>,
+    limits: Arc<limits::Limits>,
+    apiservices: Arc<ApiServices>,
+    discovery: discovery::Cache,
+    openapi: Arc<discovery::openapi::OpenApi>,
+    proxy: Arc<Proxy>,
+    authn: Authenticator,
+    certs: CertAuthenticator,
+    authz: Authorizer,
+    request_timeout: Duration,
+    /// Cancelled at the end of the shutdown grace period.
+    closing: tokio_util::sync::CancellationToken,
+    /// Certificates whose expiry `/metrics` reports.
+    expiring: Vec<(&'static str, Arc<ReloadingCert>)>,
+}
+
+/// What `build` returns besides the gateway: the TLS config and the files to watch.
+pub struct Built {
+    pub gateway: Arc<Gateway>,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub reloading: Vec<Arc<ReloadingCert>>,
+}
+
+/// The first problem a settings loader found: `serve` stops at it, as `check` lists them all.
+fn first_problem<E: std::error::Error + Send + Sync + 'static>(problems: Vec<E>) -> anyhow::Error {
+    problems.into_iter().next().map_or_else(
+        || anyhow::anyhow!("loading the configured files failed"),
+        anyhow::Error::new,
+    )
+}
+
+impl Gateway {
+    /// Loads every certificate, key and token file the configuration names.
+    pub fn build(cfg: &Config, registry: Arc<Registry>) -> anyhow::Result<Built> {
+        let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
+        let mut reloading = vec![serving.clone()];
+        let mut expiring = vec![("serving", serving.clone())];
+        let crate::authn::AuthnFiles { certs, tokens } = cfg.authn.load().map_err(first_problem)?;
+        // One identity-header policy: authentication reads with it, the proxy strips with it.
+        let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
+        let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous);
+        let proxy_cert = match &cfg.proxy.proxy_client {
+            Some((cert, key)) => {
+                let c = ReloadingCert::load(cert, key)?;
+                reloading.push(c.clone());
+                expiring.push(("proxy-client", c.clone()));
+                Some(c)
+            }
+            None => None,
+        };
+        let cas = cfg.proxy.load_cas().map_err(first_problem)?;
+        let default_roots = cas
+            .service
+            .unwrap_or_else(|| rustls_native_certs::load_native_certs().certs);
+        let delegate = match &cfg.proxy.delegate {
+            Some(d) => Some(DelegateSettings {
+                host: d.host.clone(),
+                port: d.port,
+                cas: cas
+                    .delegate
+                    .clone()
+                    .unwrap_or_else(|| default_roots.clone()),
+                impersonation_token_file: d.impersonation_token_file.clone(),
+            }),
+            None => None,
+        };
+        let metrics = Arc::new(Metrics::default());
+        let closing = tokio_util::sync::CancellationToken::new();
+        let proxy = Proxy::new(ProxySettings {
+            resolver: Resolver::new(cfg.proxy.resolve.clone()),
+            proxy_cert,
+            default_roots,
+            delegate,
+            identity_headers,
+            metrics: metrics.clone(),
+            closing: closing.clone(),
+            drop_groups: cfg.proxy.drop_groups.clone(),
+            max_body: cfg.limits.max_request_body_bytes,
+        })
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
+        let gateway = Arc::new(Self {
+            registry,
+            availability: Arc::default(),
+            metrics,
+            health: Health::default(),
+            limits: limits::Limits::new(
+                cfg.limits.max_inflight,
+                cfg.limits.max_inflight_per_client,
+            ),
+            audit: match &cfg.audit {
+                Some(settings) => Some(Arc::new(
+                    crate::audit::Auditor::start(settings.clone())
+                        .map_err(|e| anyhow::anyhow!("audit log: {e}"))?,
+                )),
+                None => None,
+            },
+            apiservices: Arc::default(),
+            discovery: discovery::Cache::new(
+                reviews::builtin_groups()
+                    .into_iter()
+                    .map(|(svc, list)| discovery::Builtin::new(svc, list))
+                    .collect(),
+            ),
+            openapi: Arc::default(),
+            proxy: Arc::new(proxy),
+            authn,
+            certs,
+            authz: cfg.authz.authorizer().map_err(|e| anyhow::anyhow!("{e}"))?,
+            request_timeout: cfg.limits.request_timeout,
+            closing,
+            expiring,
+        });
+        Ok(Built {
+            gateway,
+            tls: Arc::new(tls),
+            reloading,
+        })
+    }
+
+    /// For a group version no APIService in the registry claims, true when requests for it
+    /// still go somewhere that knows its resources: a group version the gateway serves itself,
+    /// or one the delegate lists in its discovery (`/api/v1` once the delegate answered
+    /// `/api`). The request metrics take labels from the path only for these and registered
+    /// ones.
+    fn serves_unregistered(&self, group: &str, version: &str) -> bool {
+        if version == "v1"
+            && matches!(
+                group,
+                crate::apiservices::GROUP | reviews::AUTHN | reviews::AUTHZ
+            )
+        {
+            return true;
+        }
+        if self.proxy.delegate().is_none() {
+            return false;
+        }
+        let known = self.discovery.delegate.current();
+        if group.is_empty() {
+            version == "v1" && known.api.is_some()
+        } else {
+            known
+                .versions
+                .iter()
+                .any(|b| b.svc.group == group && b.svc.version == version)
+        }
+    }
+
+    /// Health and version: answered without credentials, as kube-apiserver does.
+    fn public<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
+        if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+            return None;
+        }
+        let path = req.uri().path();
+        if matches!(path, "/version" | "/version/") {
+            let delegate = self
+                .proxy
+                .delegate()
+                .and_then(|_| self.discovery.delegate.version());
+            return Some(version::response(delegate));
+        }
+        self.health.respond(path, req.uri().query())
+    }
+
+    /// `/metrics`, with certificate expiry read at scrape time.
+    fn metrics_response(&self) -> Response<Body> {
+        for (label, cert) in &self.expiring {
+            if let Some(not_after) = cert.current().cert.first().and_then(|c| {
+                x509_parser::parse_x509_certificate(c.as_ref())
+                    .ok()
+                    .map(|(_, x)| x.validity().not_after.timestamp())
+            }) {
+                self.metrics
+                    .cert_expiry
+                    .with_label_values(&[label])
+                    .set(not_after as f64);
+            }
+        }
+        let mut res = Response::new(apigw_core::body::full(self.metrics.render()));
+        res.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        );
+        res
+    }
+}
+
+/// Runs a gateway for `cfg` on `listener` until `shutdown` resolves: loads and watches the
+/// manifest directory and certificate files, runs the availability controller, serves, then
+/// shuts down gracefully (readiness fails, accepting stops after the shutdown delay, in-flight
+/// requests get the grace period).
+pub async fn run(
+    cfg: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let registry = Registry::new();
+    let built = Gateway::build(&cfg, registry.clone())?;
+    let gateway = built.gateway;
+    let cluster = match &cfg.cluster {
+        Some(c) => Some(start_cluster(&gateway, c).await?),
+        None => None,
+    };
+    let _watcher = match &cfg.apiservice_dir {
+        Some(dir) => Some(
+            crate::registry::watch_dir(dir.clone(), registry.clone())
+                .with_context(|| format!("watching {}", dir.display()))?,
+        ),
+        None if cluster.is_some() => None,
+        None => {
+            registry.replace(crate::registry::Snapshot::default());
+            None
+        }
+    };
+    watch_files(&gateway, built.reloading, &cfg);
+    availability::spawn(
+        registry.clone(),
+        gateway.proxy.clone(),
+        gateway.availability.clone(),
+        gateway.metrics.clone(),
+        availability::Settings {
+            interval: cfg.availability.interval,
+            timeout: cfg.availability.timeout,
+        },
+    );
+    gateway
+        .apiservices
+        .spawn(registry.clone(), gateway.availability.clone());
+    if let Some(delegate) = gateway.proxy.delegate() {
+        gateway.discovery.delegate.clone().spawn(
+            delegate.clone(),
+            cfg.availability.interval,
+            cfg.availability.timeout,
+        );
+    }
+    gateway.openapi.spawn(
+        registry.clone(),
+        gateway.proxy.clone(),
+        gateway.availability.clone(),
+    );
+    spawn_latches(&gateway);
+    if let Some(addr) = cfg.metrics_listen {
+        routes::serve_metrics(gateway.clone(), addr).await?;
+    }
+    tracing::info!(addr = %listener.local_addr()?, "apigw serving");
+    let draining = gateway.clone();
+    let delay = cfg.server.shutdown_delay;
+    let stop = async move {
+        shutdown.await;
+        draining.health.shutting_down.store(true, Ordering::Release);
+        if !delay.is_zero() {
+            tracing::info!(
+                ?delay,
+                "readiness failing; still accepting during the shutdown delay"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    };
+    let limits = apigw_core::server::Limits {
+        grace: cfg.server.shutdown_grace,
+        header_read_timeout: cfg.server.header_read_timeout,
+        idle_timeout: cfg.server.idle_timeout,
+        max_connections_per_client: cfg.server.max_connections_per_client,
+        closing: gateway.closing.clone(),
+        workers: cfg.server.worker_threads,
+        ..Default::default()
+    };
+    let g = gateway.clone();
+    apigw_core::server::serve(
+        listener,
+        built.tls,
+        move |conn: ConnInfo| {
+            let service = g.service(&conn);
+            move |req| service.respond(req)
+        },
+        limits,
+        stop,
+    )
+    .await;
+    if let Some(parts) = cluster {
+        // Hand the Lease over at once rather than let it expire.
+        parts.elector.release().await;
+    }
+    Ok(())
+}
+
+/// What cluster mode keeps running.
+struct ClusterParts {
+    elector: crate::cluster::lease::LeaderElector,
+}
+
+/// Cluster mode: APIServices from the cluster, services resolved through it, TokenReview,
+/// SubjectAccessReview (with `Webhook`), and availability written back by the Lease holder.
+async fn start_cluster(
+    gateway: &Arc<Gateway>,
+    c: &crate::config::Cluster,
+) -> anyhow::Result<ClusterParts> {
+    use crate::cluster::{self, lease, sar, services, status, tokenreview};
+    let client = cluster::client::client(c.kubeconfig.as_deref()).await?;
+    let source =
+        cluster::apiservices::ApiServiceSource::spawn(client.clone(), gateway.registry.clone());
+    let mode = if c.aggregator_routing {
+        services::RoutingMode::Endpoints
+    } else {
+        services::RoutingMode::ClusterIp
+    };
+    let resolver = services::ServiceResolver::spawn(client.clone(), mode);
+    gateway.proxy.resolver().set_cluster(resolver);
+    gateway
+        .authn
+        .set_token_review(Box::new(tokenreview::TokenReviewer::new(
+            client.clone(),
+            tokenreview::TokenReviewSettings::default(),
+        )));
+    if gateway.authz.webhook() {
+        gateway
+            .authz
+            .set_access_review(Box::new(sar::SubjectAccessReviewer::new(
+                client.clone(),
+                sar::SarSettings::default(),
+            )));
+    }
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into());
+    let elector = lease::LeaderElector::spawn(
+        client.clone(),
+        lease::LeaseSettings::with_timing(&namespace, "apigw", &c.leader_election),
+    );
+    status::StatusWriter::new(client, source).spawn(
+        gateway.availability.clone(),
+        elector.subscribe(),
+        Duration::from_secs(60),
+    );
+    Ok(ClusterParts { elector })
+}
+
+/// Every file that applies when it changes: serving and proxy client certificates, the
+/// client and front-proxy CA bundles, the token file.
+fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Config) {
+    const PERIOD: Duration = Duration::from_secs(2);
+    for cert in certs {
+        let paths = cert.paths();
+        apigw_core::reload::watch_files("certificate", paths, PERIOD, move || {
+            cert.reload().map_err(|e| e.to_string())
+        });
+    }
+    let g = gateway.clone();
+    let cas = g.certs.files();
+    if !cas.is_empty() {
+        apigw_core::reload::watch_files("client CA", cas, PERIOD, move || {
+            g.certs.reload().map_err(|e| e.to_string())
+        });
+    }
+    if let Some(path) = gateway
+        .proxy
+        .delegate_token_file()
+        .map(std::path::Path::to_path_buf)
+    {
+        let g = gateway.clone();
+        apigw_core::reload::watch_files("delegate token", vec![path], PERIOD, move || {
+            g.proxy.reload_delegate_token()
+        });
+    }
+    if let Some(path) = gateway.authz.policy_file().cloned() {
+        let g = gateway.clone();
+        apigw_core::reload::watch_files("RBAC policy", vec![path], PERIOD, move || {
+            g.authz.reload()
+        });
+    }
+    if let Some(path) = cfg.authn.token_file.clone() {
+        let g = gateway.clone();
+        apigw_core::reload::watch_files("token file", vec![path.clone()], PERIOD, move || {
+            let tokens = TokenFile::load(&path).map_err(|e| e.to_string())?;
+            if let Some(slot) = &g.authn.tokens {
+                slot.store(Arc::new(tokens));
+            }
+            Ok::<(), String>(())
+        });
+    }
+}
+
+/// Releases the readiness latches and keeps backend pools in step with the registry.
+fn spawn_latches(gateway: &Arc<Gateway>) {
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        let mut loaded = g.registry.subscribe();
+        if loaded.wait_for(|generation| *generation > 0).await.is_ok() {
+            g.health.registry_loaded.store(true, Ordering::Release);
+        }
+        let mut rounds = g.availability.subscribe();
+        if rounds.wait_for(|round| *round > 0).await.is_ok() {
+            g.health.availability_synced.store(true, Ordering::Release);
+        }
+    });
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        let mut changes = g.registry.subscribe();
+        while changes.changed().await.is_ok() {
+            let snapshot = g.registry.snapshot();
+            let live: Vec<_> = snapshot.iter().map(|s| s.as_ref()).collect();
+            g.proxy.retain(&live);
+        }
+    });
+}

@@ -1,0 +1,220 @@
+//! The front door's request pipeline as one [`tower::Service`], generic over the request body,
+//! so the same code serves hyper's connections and in-process tests (`oneshot`). A request
+//! goes through these phases, each owned by the module named:
+//!
+//! 1. **filter** ([`host`], `public`, [`limits`]): one valid host, health and `/version`
+//!    answered without credentials, the in-flight limits;
+//! 2. **authenticate** ([`crate::authn`]) and 3. **authorize** ([`crate::authz`]), with the
+//!    path checks of [`paths`] first;
+//! 4. **route** ([`super::routes`]): the gateway's own APIs and discovery, or a backend, where
+//!    5. the **upstream request** ([`crate::proxy`]) strips credentials and sets the identity;
+//! 6. **log** ([`access`]): access line, audit event and metrics, however the request ends.
+//!
+//! What the request is ([`RequestInfo`]) is decided once, before authentication, and read by
+//! every phase after. A phase that fails returns a [`Status`], which [`render`] turns into the
+//! response, here only.
+
+use super::{access, host, limits, paths, Gateway};
+use crate::authn::PeerIdentity;
+use crate::authz::{Admitted, Attributes, Refused};
+use crate::request_info::RequestInfo;
+use apigw_core::body::{Body, BoxError};
+use apigw_core::errors::{render, Status};
+use apigw_core::server::ConnInfo;
+use bytes::Bytes;
+use http::{Request, Response};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// The pipeline for the requests of one connection, whose client certificate was examined once.
+#[derive(Clone)]
+pub struct GatewayService {
+    gateway: Arc<Gateway>,
+    peer: Arc<PeerIdentity>,
+    client: SocketAddr,
+}
+
+/// The response to one request.
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+impl Gateway {
+    /// The pipeline for a connection: its client certificate is examined here, once.
+    pub fn service(self: &Arc<Self>, conn: &ConnInfo) -> GatewayService {
+        GatewayService {
+            gateway: self.clone(),
+            peer: Arc::new(self.certs.examine(&conn.peer_chain)),
+            client: conn.remote,
+        }
+    }
+}
+
+impl GatewayService {
+    /// The response to `req`; the pipeline never fails, as every failure is a `kind: Status`.
+    pub fn respond<B>(&self, req: Request<B>) -> ResponseFuture
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let (gateway, peer, client) = (self.gateway.clone(), self.peer.clone(), self.client);
+        Box::pin(async move { gateway.handle(req, &peer, client).await })
+    }
+}
+
+impl<B> tower::Service<Request<B>> for GatewayService
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Infallibly;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Infallibly {
+        Infallibly(self.respond(req))
+    }
+}
+
+/// [`ResponseFuture`] as a service's future, which has a `Result`.
+pub struct Infallibly(ResponseFuture);
+
+impl Future for Infallibly {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx).map(Ok)
+    }
+}
+
+impl Gateway {
+    /// Every phase of one request.
+    async fn handle<B>(
+        &self,
+        req: Request<B>,
+        peer: &PeerIdentity,
+        client: SocketAddr,
+    ) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let start = Instant::now();
+        // 1. Filter. Before anything reads the request: a request without one valid host never
+        // reaches a handler, as with Go's net/http, and its HTTP/1 connection is closed.
+        let host = match host::of(&req) {
+            Ok(host) => host,
+            Err(status) => return render(Err(status.close_connection(req.version()))),
+        };
+        if let Some(res) = self.public(&req) {
+            return res;
+        }
+        let info = RequestInfo::of(&req, client, host, start, self.request_timeout);
+        let permit = match self.limits.admit(client.ip(), info.kind.long_running()) {
+            Ok(permit) => permit,
+            Err(status) => return render(Err(status)),
+        };
+        // 6. Log: from here on the request is logged and audited however it ends, also when
+        // the client goes away before the response head (this future is then dropped).
+        let mut record = self.record(&req, info, permit);
+        let result = match self.admit(&req, peer, &record.info.attrs).await {
+            Err(refused) => {
+                record.identity = refused.identity.map(|b| *b);
+                Err(refused.status)
+            }
+            Ok(Admitted { identity, real }) => {
+                record.real = real;
+                let identity = &*record.identity.insert(identity);
+                // 4. Route, and 5. the upstream request, within the request's deadline.
+                let routed = self.route(req, identity, &record.info);
+                match record.info.deadline {
+                    None => routed.await,
+                    Some(at) => match tokio::time::timeout_at(at.into(), routed).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            record.outcome = Some(crate::audit::Outcome::Timeout);
+                            Err(Status::gateway_timeout(
+                                "Timeout: request did not complete within the allotted timeout",
+                            ))
+                        }
+                    },
+                }
+            }
+        };
+        let res = render(result);
+        let status = res.status();
+        res.map(|body| record.wrap(status, body))
+    }
+
+    /// Phases 2 and 3: the path checks, then authentication ([`crate::authn`]), then
+    /// impersonation and authorization ([`crate::authz`]).
+    async fn admit<B>(
+        &self,
+        req: &Request<B>,
+        peer: &PeerIdentity,
+        attrs: &Attributes,
+    ) -> Result<Admitted, Refused> {
+        paths::check(req.uri().path())?;
+        let real = self.authn.authenticate(req.headers(), peer).await?;
+        self.authz.admit(real, req.headers(), attrs).await
+    }
+
+    /// The log phase's record of a request admitted past the limits.
+    fn record<B>(
+        &self,
+        req: &Request<B>,
+        info: RequestInfo,
+        permit: limits::Permit,
+    ) -> access::Record {
+        // Only the audit log needs these copies.
+        let audit = self.audit.as_ref().map(|auditor| access::Audit {
+            auditor: auditor.clone(),
+            received: std::time::SystemTime::now(),
+            uri: req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string()),
+            user_agent: req
+                .headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        });
+        let attrs = &info.attrs;
+        // One registry lookup serves the metrics' labels and the access line.
+        let snapshot = self.registry.snapshot();
+        let registered = (!attrs.group.is_empty())
+            .then(|| snapshot.lookup(&attrs.group, &attrs.version))
+            .flatten();
+        // Only the access line names the APIService.
+        let apiservice = registered
+            .filter(|_| tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
+            .map(|service| service.name.clone());
+        let metrics_verb = crate::metrics::verb(req.method(), req.headers(), attrs);
+        let served = attrs.resource_request
+            && (registered.is_some() || self.serves_unregistered(&attrs.group, &attrs.version));
+        drop(snapshot);
+        access::Record {
+            metrics: self.metrics.clone(),
+            audit,
+            identity: None,
+            real: None,
+            metrics_verb,
+            served,
+            apiservice,
+            status: None,
+            outcome: None,
+            bytes: 0,
+            closing: info.kind.long_running().then(|| self.closing.clone()),
+            info,
+            _permit: Some(permit),
+        }
+    }
+}

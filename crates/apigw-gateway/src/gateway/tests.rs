@@ -1,0 +1,451 @@
+//! The pipeline driven in-process: requests built in the test go through
+//! [`GatewayService`](super::GatewayService) with `oneshot`, without a socket or TLS, so a test
+//! can hold a request body open, time a request out, or present any client certificate chain.
+//! The end-to-end tests in `tests/` keep the real TLS and the real peers.
+
+use super::Gateway;
+use crate::config::{Config, Flags};
+use crate::registry::Registry;
+use apigw_core::certs::{write_dev_pki, DevPkiOptions};
+use apigw_core::server::ConnInfo;
+use bytes::Bytes;
+use http::{header, Request, StatusCode, Version};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use serde_json::Value;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// A gateway built from a config file over a fresh dev PKI, serving nothing but itself.
+struct World {
+    _dir: tempfile::TempDir,
+    pki: PathBuf,
+    gateway: Arc<Gateway>,
+}
+
+impl World {
+    /// The dev PKI's client CA, token file and front proxy, no anonymous access, plus `extra`
+    /// YAML lines.
+    fn new(extra: &str) -> Self {
+        let (dir, pki) = dev_pki();
+        Self::build(dir, pki, extra)
+    }
+
+    /// The world over the PKI `dev_pki` wrote.
+    fn build(dir: tempfile::TempDir, pki: PathBuf, extra: &str) -> Self {
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "tlsCertFile: pki/serving.crt\ntlsPrivateKeyFile: pki/serving.key\n\
+                 clientCaFile: pki/client-ca.crt\ntokenAuthFile: pki/tokens.csv\n\
+                 requestheaderClientCaFile: pki/front-proxy-ca.crt\n\
+                 requestheaderAllowedNames: [front-proxy-client]\n\
+                 requestheaderUsernameHeaders: [X-Remote-User]\n\
+                 requestheaderGroupHeaders: [X-Remote-Group]\n\
+                 requestheaderExtraHeadersPrefix: [X-Remote-Extra-]\n{extra}"
+            ),
+        )
+        .expect("config file");
+        let flags = Flags {
+            config: Some(file),
+            ..Default::default()
+        };
+        let cfg = Config::load(&flags).expect("config");
+        let built = Gateway::build(&cfg, Registry::new()).expect("gateway");
+        Self {
+            _dir: dir,
+            pki,
+            gateway: built.gateway,
+        }
+    }
+
+    /// The bearer token of the dev token user.
+    fn token(&self) -> String {
+        let csv = std::fs::read_to_string(self.pki.join("tokens.csv")).expect("tokens.csv");
+        csv.split(',').next().expect("a token").to_string()
+    }
+
+    /// A connection from 127.0.0.1 presenting `chain` (PEM file names in the PKI).
+    fn conn(&self, chain: &[&str]) -> ConnInfo {
+        let peer_chain = chain
+            .iter()
+            .flat_map(|f| apigw_core::tls::load_certs(&self.pki.join(f)).expect("cert"))
+            .collect();
+        ConnInfo {
+            remote: "127.0.0.1:40000".parse().expect("address"),
+            peer_chain,
+        }
+    }
+
+    /// One request on a connection without a client certificate.
+    async fn send<B>(&self, req: Request<B>) -> (StatusCode, http::HeaderMap, Value)
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<apigw_core::body::BoxError>,
+    {
+        self.send_on(&self.conn(&[]), req).await
+    }
+
+    async fn send_on<B>(
+        &self,
+        conn: &ConnInfo,
+        req: Request<B>,
+    ) -> (StatusCode, http::HeaderMap, Value)
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<apigw_core::body::BoxError>,
+    {
+        let res = self
+            .gateway
+            .service(conn)
+            .oneshot(req)
+            .await
+            .unwrap_or_else(|never: Infallible| match never {});
+        let (parts, body) = res.into_parts();
+        let bytes = body.collect().await.expect("response body").to_bytes();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (parts.status, parts.headers, json)
+    }
+
+    fn get(&self, path: &str) -> http::request::Builder {
+        Request::get(path).header(header::HOST, "gateway.test")
+    }
+}
+
+/// A fresh dev PKI in a temporary directory.
+fn dev_pki() -> (tempfile::TempDir, PathBuf) {
+    apigw_core::tls::install_default_provider();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = dir.path().join("pki");
+    write_dev_pki(&DevPkiOptions {
+        out: pki.clone(),
+        ..Default::default()
+    })
+    .expect("dev PKI");
+    (dir, pki)
+}
+
+fn empty() -> Empty<Bytes> {
+    Empty::new()
+}
+
+/// A request body that never ends.
+fn endless(
+) -> StreamBody<futures_util::stream::Pending<Result<http_body::Frame<Bytes>, Infallible>>> {
+    StreamBody::new(futures_util::stream::pending())
+}
+
+fn self_subject_review() -> Full<Bytes> {
+    Full::new(Bytes::from_static(
+        br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+    ))
+}
+
+const REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+
+#[tokio::test]
+async fn version_and_health_need_no_credentials() {
+    let w = World::new("");
+    let (code, _, doc) = w.send(w.get("/version").body(empty()).unwrap()).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        doc["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with('v')),
+        "{doc}"
+    );
+    let (code, _, _) = w.send(w.get("/livez").body(empty()).unwrap()).await;
+    assert_eq!(code, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn no_credentials_is_a_401_status() {
+    let w = World::new("");
+    let (code, _, doc) = w.send(w.get("/apis").body(empty()).unwrap()).await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED);
+    assert_eq!(doc["kind"], "Status");
+    assert_eq!(doc["code"], 401);
+}
+
+#[tokio::test]
+async fn a_token_user_reads_discovery_and_unknown_paths_are_404() {
+    let w = World::new("");
+    let auth = format!("Bearer {}", w.token());
+    let req = w.get("/apis").header(header::AUTHORIZATION, &auth);
+    let (code, _, doc) = w.send(req.body(empty()).unwrap()).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(doc["kind"], "APIGroupList");
+    let req = w.get("/no/such/thing").header(header::AUTHORIZATION, &auth);
+    let (code, _, doc) = w.send(req.body(empty()).unwrap()).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert_eq!(doc["reason"], "NotFound");
+}
+
+#[tokio::test]
+async fn who_am_i_by_certificate_by_token_and_impersonated() {
+    let w = World::new("");
+    let post = || {
+        Request::post(REVIEWS)
+            .header(header::HOST, "gateway.test")
+            .header(header::CONTENT_TYPE, "application/json")
+    };
+    let admin = w.conn(&["admin.crt"]);
+    let (code, _, doc) = w
+        .send_on(&admin, post().body(self_subject_review()).unwrap())
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["status"]["userInfo"]["username"], "dev-admin");
+    let groups = doc["status"]["userInfo"]["groups"].to_string();
+    assert!(
+        groups.contains("system:masters") && groups.contains("system:authenticated"),
+        "{groups}"
+    );
+
+    let req = post().header(header::AUTHORIZATION, format!("Bearer {}", w.token()));
+    let (_, _, doc) = w.send(req.body(self_subject_review()).unwrap()).await;
+    assert_eq!(doc["status"]["userInfo"]["username"], "dev-token-user");
+    // Authenticated once: the group is there once.
+    let groups = doc["status"]["userInfo"]["groups"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let n = groups
+        .iter()
+        .filter(|g| *g == "system:authenticated")
+        .count();
+    assert_eq!(n, 1, "{groups:?}");
+
+    // AlwaysAllow lets the admin impersonate.
+    let req = post()
+        .header("Impersonate-User", "jane")
+        .header("Impersonate-Group", "devs");
+    let (code, _, doc) = w
+        .send_on(&admin, req.body(self_subject_review()).unwrap())
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["status"]["userInfo"]["username"], "jane");
+}
+
+#[tokio::test]
+async fn identity_headers_are_believed_from_the_front_proxy_only() {
+    let w = World::new("");
+    let spoofed = || {
+        Request::post(REVIEWS)
+            .header(header::HOST, "gateway.test")
+            .header("x-remote-user", "system:admin")
+            .header("X-Remote-Group", "system:masters")
+            .header("X-Remote-Extra-Scopes", "all")
+    };
+    let (code, _, doc) = w
+        .send_on(
+            &w.conn(&["proxy-client.crt"]),
+            spoofed().body(self_subject_review()).unwrap(),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["status"]["userInfo"]["username"], "system:admin");
+    assert_eq!(
+        doc["status"]["userInfo"]["extra"]["scopes"][0], "all",
+        "{doc}"
+    );
+    // A client certificate from the client CA, not the front proxy's: the headers are noise.
+    let (code, _, doc) = w
+        .send_on(
+            &w.conn(&["user.crt"]),
+            spoofed().body(self_subject_review()).unwrap(),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["status"]["userInfo"]["username"], "dev-user");
+    assert!(doc["status"]["userInfo"].get("extra").is_none(), "{doc}");
+}
+
+#[tokio::test]
+async fn host_errors_close_http1_connections_only() {
+    let w = World::new("");
+    let no_host = Request::get("/version").body(empty()).unwrap();
+    let (code, headers, doc) = w.send(no_host).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(doc["message"], "missing required Host header");
+    assert_eq!(headers[header::CONNECTION], "close");
+
+    let two = Request::get("/version")
+        .version(Version::HTTP_2)
+        .header(header::HOST, "a")
+        .header(header::HOST, "b")
+        .body(empty())
+        .unwrap();
+    let (code, headers, _) = w.send(two).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(headers.get(header::CONNECTION).is_none());
+
+    // HTTP/2 names its host in :authority.
+    let h2 = Request::get("https://gateway.test/version")
+        .version(Version::HTTP_2)
+        .body(empty())
+        .unwrap();
+    assert_eq!(w.send(h2).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn path_tricks_are_refused_before_authentication() {
+    let w = World::new("");
+    for path in ["/apis/../api", "/apis//x", "/apis/a%2Fb"] {
+        let (code, _, doc) = w.send(w.get(path).body(empty()).unwrap()).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{path}: {doc}");
+        assert_eq!(doc["kind"], "Status");
+    }
+}
+
+#[tokio::test]
+async fn past_the_in_flight_limit_is_429_with_retry_after() {
+    let w = World::new("maxRequestsInflight: 1\n");
+    let admin = w.conn(&["admin.crt"]);
+    // The first request holds the only slot while its body never ends.
+    let holding = Request::post(REVIEWS)
+        .header(header::HOST, "gateway.test")
+        .body(endless())
+        .unwrap();
+    let held = tokio::spawn({
+        let svc = w.gateway.service(&admin);
+        async move { svc.oneshot(holding).await }
+    });
+    // Until the first one holds its slot, the second may pass: retry briefly.
+    let mut last = None;
+    for _ in 0..100 {
+        let (code, headers, _) = w
+            .send_on(&admin, w.get("/apis").body(empty()).unwrap())
+            .await;
+        if code == StatusCode::TOO_MANY_REQUESTS {
+            last = Some(headers);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let headers = last.expect("a 429 while the slot is held");
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    held.abort();
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_is_a_504() {
+    let w = World::new("requestTimeout: 200ms\n");
+    let req = Request::post(REVIEWS)
+        .header(header::HOST, "gateway.test")
+        .body(endless())
+        .unwrap();
+    let (code, _, doc) = w.send_on(&w.conn(&["admin.crt"]), req).await;
+    assert_eq!(code, StatusCode::GATEWAY_TIMEOUT, "{doc}");
+    assert_eq!(doc["reason"], "Timeout");
+}
+
+/// A TLS backend (the dev PKI's wardle certificate) that answers every request with the
+/// request's headers as a JSON object of lists.
+async fn echo_backend(pki: &std::path::Path) -> std::net::SocketAddr {
+    let certs = apigw_core::tls::load_certs(&pki.join("wardle.crt")).expect("backend cert");
+    let key = apigw_core::tls::load_key(&pki.join("wardle.key")).expect("backend key");
+    let mut tls = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("backend TLS");
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let echo =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let mut seen = serde_json::Map::new();
+                        for (name, value) in req.headers() {
+                            let list = seen
+                                .entry(name.as_str())
+                                .or_insert_with(|| Value::Array(vec![]));
+                            if let Value::Array(list) = list {
+                                list.push(Value::from(value.to_str().unwrap_or("?")));
+                            }
+                        }
+                        let body = Full::new(Bytes::from(Value::Object(seen).to_string()));
+                        Ok::<_, Infallible>(http::Response::new(body))
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), echo)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_proxied_request_carries_the_identity_and_no_credentials() {
+    let (dir, pki) = dev_pki();
+    let backend = echo_backend(&pki).await;
+    let w = World::build(
+        dir,
+        pki,
+        &format!(
+            "serviceCaFile: pki/addon-ca.crt\nproxyClientCertFile: pki/proxy-client.crt\n\
+             proxyClientKeyFile: pki/proxy-client.key\n\
+             resolve:\n  \"wardle-server.wardle-namespace.svc:443\": \"{backend}\"\n"
+        ),
+    );
+    let service = crate::registry::ApiService::from_value(serde_json::json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1alpha1.wardle.example.com"},
+        "spec": {"group": "wardle.example.com", "version": "v1alpha1",
+                 "service": {"namespace": "wardle-namespace", "name": "wardle-server"},
+                 "groupPriorityMinimum": 1000, "versionPriority": 15}
+    }))
+    .expect("APIService");
+    w.gateway
+        .registry
+        .replace(crate::registry::Snapshot::new([service]));
+    let req = w
+        .get("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders")
+        .header(header::AUTHORIZATION, format!("Bearer {}", w.token()))
+        .header("X-Remote-User", "system:admin")
+        .header("x-remote-group", "system:masters")
+        .header("X-Remote-Extra-Scopes", "all")
+        .body(empty())
+        .unwrap();
+    let (code, _, seen) = w.send(req).await;
+    assert_eq!(code, StatusCode::OK, "{seen}");
+    assert_eq!(
+        seen["x-remote-user"],
+        serde_json::json!(["dev-token-user"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["x-remote-group"],
+        serde_json::json!(["dev-group", "system:authenticated"]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["x-forwarded-host"],
+        serde_json::json!(["gateway.test"])
+    );
+    assert_eq!(seen["x-forwarded-for"], serde_json::json!(["127.0.0.1"]));
+    for gone in [
+        "authorization",
+        "x-remote-extra-scopes",
+        "impersonate-extra-foo",
+    ] {
+        assert!(
+            seen.get(gone).is_none(),
+            "{gone} reached the backend: {seen}"
+        );
+    }
+}
