@@ -176,33 +176,34 @@ impl ApiServices {
     }
 
     /// Serves `/apis/apiregistration.k8s.io/v1/apiservices[/NAME]`; `rest` is what follows `v1/`.
-    pub fn handle<B>(&self, req: &Request<B>, rest: &[&str]) -> Response<Body> {
+    pub fn handle<B>(&self, req: &Request<B>, rest: &[&str]) -> Result<Response<Body>, Status> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
-            return Status::method_not_allowed(format!(
+            return Err(Status::method_not_allowed(format!(
                 "{} is not supported: apigw serves apiservices read-only; change the manifests instead",
                 req.method()
-            ))
-            .into_response();
+            )));
         }
         let q = Query::parse(req.uri().query());
         let table = meta::wants_table(req.headers());
         match rest {
-            ["apiservices"] | ["apiservices", ""] if q.watch => self.watch(&q, None, table),
-            ["apiservices"] | ["apiservices", ""] => self.list(&q, table),
-            ["apiservices", name] if q.watch => self.watch(&q, Some(name), table),
+            ["apiservices"] | ["apiservices", ""] if q.watch => Ok(self.watch(&q, None, table)),
+            ["apiservices"] | ["apiservices", ""] => Ok(self.list(&q, table)),
+            ["apiservices", name] if q.watch => Ok(self.watch(&q, Some(name), table)),
             ["apiservices", name] => self.get(name, table),
-            _ => Status::not_found("the server could not find the requested resource")
-                .into_response(),
+            _ => Err(Status::not_found(
+                "the server could not find the requested resource",
+            )),
         }
     }
 
-    fn get(&self, name: &str, table: bool) -> Response<Body> {
+    fn get(&self, name: &str, table: bool) -> Result<Response<Body>, Status> {
         let view = self.view.lock().unwrap_or_else(|e| e.into_inner());
         match view.objects.get(name) {
-            Some((rv, obj)) if table => json_response(&to_table(&[with_rv(obj, *rv)], None)),
-            Some((rv, obj)) => json_response(&with_rv(obj, *rv)),
-            None => Status::not_found(format!("apiservices.{GROUP} \"{name}\" not found"))
-                .into_response(),
+            Some((rv, obj)) if table => Ok(json_response(&to_table(&[with_rv(obj, *rv)], None))),
+            Some((rv, obj)) => Ok(json_response(&with_rv(obj, *rv))),
+            None => Err(Status::not_found(format!(
+                "apiservices.{GROUP} \"{name}\" not found"
+            ))),
         }
     }
 
@@ -460,7 +461,7 @@ mod tests {
             ))
             .body(())
             .unwrap();
-            let res = api.handle(&req, &["apiservices"]);
+            let res = apigw_core::errors::render(api.handle(&req, &["apiservices"]));
             assert_eq!(res.status(), http::StatusCode::OK, "timeoutSeconds={t}");
         }
         assert_eq!(

@@ -242,13 +242,12 @@ pub fn negotiate(headers: &HeaderMap, aggregated: bool) -> Option<Form> {
 }
 
 /// Serves one of `forms` (indexed by [`Form`]); `forms` has one entry for legacy-only documents.
-pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Response<Body> {
+pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Result<Response<Body>, Status> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Status::method_not_allowed(format!(
+        return Err(Status::method_not_allowed(format!(
             "{} is not supported on discovery documents",
             req.method()
-        ))
-        .into_response();
+        )));
     }
     let Some(form) = negotiate(req.headers(), forms.len() > 1) else {
         let offered = if forms.len() > 1 {
@@ -256,10 +255,9 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Response<Body> {
         } else {
             JSON.to_string()
         };
-        return Status::not_acceptable(format!(
+        return Err(Status::not_acceptable(format!(
             "only the following media types are accepted: {offered}"
-        ))
-        .into_response();
+        )));
     };
     let doc = &forms[form as usize];
     let matches = req
@@ -285,7 +283,7 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Response<Body> {
     h.insert(header::ETAG, doc.etag.clone());
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
-    res
+    Ok(res)
 }
 
 #[cfg(test)]

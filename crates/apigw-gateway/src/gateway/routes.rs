@@ -10,7 +10,7 @@ use crate::authn::Identity;
 use crate::discovery;
 use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
-use apigw_core::errors::Status;
+use apigw_core::errors::{render, Status};
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -48,28 +48,25 @@ impl Gateway {
                     &discovery::render::api_versions(&address),
                     discovery::JSON,
                 );
-                return Ok(discovery::serve(&req, &forms));
+                return discovery::serve(&req, &forms);
             }
             ["api", "v1"] | ["api", "v1", ""] if self.proxy.delegate().is_none() => {
-                return Ok(discovery::serve(
-                    &req,
-                    std::slice::from_ref(discovery::render::core_v1()),
-                ));
+                return discovery::serve(&req, std::slice::from_ref(discovery::render::core_v1()));
             }
             ["api"] | ["api", ""] => {
                 // The delegate's APIVersions as last fetched; until then, the delegate itself.
                 if let Some(api) = self.discovery.delegate.current().api.clone() {
-                    return Ok(discovery::serve(&req, &api[..]));
+                    return discovery::serve(&req, &api[..]);
                 }
             }
-            ["apis"] | ["apis", ""] => return Ok(discovery::serve(&req, &docs().apis)),
+            ["apis"] | ["apis", ""] => return discovery::serve(&req, &docs().apis),
             ["apis", GROUP] | ["apis", GROUP, ""] => {
                 return Ok(apiservices::document(&apiservices::group_document()));
             }
             ["apis", GROUP, "v1"] | ["apis", GROUP, "v1", ""] => {
                 return Ok(apiservices::document(&apiservices::resource_list()));
             }
-            ["apis", GROUP, "v1", rest @ ..] => return Ok(self.apiservices.handle(&req, rest)),
+            ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
             ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..] => {
                 let group = group.to_string();
                 let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
@@ -78,7 +75,7 @@ impl Gateway {
             }
             ["apis", group] | ["apis", group, ""] => {
                 if let Some(doc) = docs().groups.get(*group) {
-                    return Ok(discovery::serve(&req, std::slice::from_ref(doc)));
+                    return discovery::serve(&req, std::slice::from_ref(doc));
                 }
             }
             ["apis", group, version, ..] => {
@@ -99,11 +96,9 @@ impl Gateway {
                 }
             }
             ["metrics"] => return Ok(self.metrics_response()),
-            ["openapi", "v2"] => {
-                return Ok(discovery::serve(&req, &[(*self.openapi.v2()).clone()]))
-            }
+            ["openapi", "v2"] => return discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
             ["openapi", "v3"] | ["openapi", "v3", ""] => {
-                return Ok(discovery::serve(&req, &[(*self.openapi.v3()).clone()]));
+                return discovery::serve(&req, &[(*self.openapi.v3()).clone()]);
             }
             ["openapi", "v3", "apis", group, version] => {
                 if let Some(svc) = snapshot.lookup(group, version) {
@@ -178,18 +173,12 @@ pub(super) async fn serve_metrics(gateway: Arc<Gateway>, addr: SocketAddr) -> an
                 let g = g.clone();
                 async move {
                     let res = match req.uri().path() {
-                        "/metrics" => g.metrics_response(),
-                        path => g
-                            .health
-                            .respond(path, req.uri().query())
-                            .unwrap_or_else(|| {
-                                Status::not_found(
-                                    "the server could not find the requested resource",
-                                )
-                                .into_response()
-                            }),
+                        "/metrics" => Ok(g.metrics_response()),
+                        path => g.health.respond(path, req.uri().query()).ok_or_else(|| {
+                            Status::not_found("the server could not find the requested resource")
+                        }),
                     };
-                    Ok::<_, std::convert::Infallible>(res)
+                    Ok::<_, std::convert::Infallible>(render(res))
                 }
             });
             tokio::spawn(async move {
