@@ -14,28 +14,7 @@ fn apigw(args: &[&str]) -> Output {
     binary::run(None, args)
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The run ended with `code`, without a panic, and exactly one line names `at` and `value`.
-fn refused(out: &Output, code: i32, at: &str, value: &str) {
-    let all = text(out);
-    assert!(
-        !all.contains("panicked") && !all.contains("RUST_BACKTRACE"),
-        "a panic:\n{all}"
-    );
-    assert_eq!(out.status.code(), Some(code), "exit status:\n{all}");
-    let naming: Vec<&str> = all
-        .lines()
-        .filter(|l| l.contains(at) && l.contains(value))
-        .collect();
-    assert_eq!(naming.len(), 1, "one line naming {at} and {value}:\n{all}");
-}
+use binary::{refused, text};
 
 /// Stand-ins for the serving pair: the config checks that they are files before anything else.
 fn pair(dir: &Path) -> [String; 4] {
