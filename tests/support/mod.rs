@@ -5,6 +5,7 @@
 pub mod exec;
 pub mod goaddon;
 pub mod kube_api;
+pub mod oidc;
 pub mod sample;
 
 use apigw::body::{full, Body};

@@ -82,6 +82,7 @@ app.kubernetes.io/component: gateway
 {{- define "apigw.path.configDir" -}}/etc/apigw/config{{- end }}
 {{- define "apigw.path.config" -}}{{ include "apigw.path.configDir" . }}/config.yaml{{- end }}
 {{- define "apigw.path.policy" -}}{{ include "apigw.path.configDir" . }}/authorization-policy.yaml{{- end }}
+{{- define "apigw.path.authenticationConfig" -}}{{ include "apigw.path.configDir" . }}/authentication-config.yaml{{- end }}
 {{- define "apigw.path.apiservices" -}}/etc/apigw/apiservices{{- end }}
 {{- define "apigw.path.serving" -}}/etc/apigw/tls/serving{{- end }}
 {{- define "apigw.path.proxyClient" -}}/etc/apigw/tls/proxy-client{{- end }}

@@ -687,9 +687,13 @@ def materialize(case: Case, docs: list[dict], root: Path, pki: Path) -> dict[str
     return mounts
 
 
+# Config keys naming a file whose names do not end in File or Dir.
+PATH_KEYS = {"authenticationConfig"}
+
+
 def path_keys(config: dict):
     for key, value in config.items():
-        if isinstance(value, str) and (key.endswith("File") or key.endswith("Dir")):
+        if isinstance(value, str) and (key.endswith(("File", "Dir")) or key in PATH_KEYS):
             yield key, value
 
 

@@ -11,6 +11,7 @@
 //!   head) by APIService;
 //! - availability with kube-aggregator's names (`aggregator_unavailable_apiservice`,
 //!   `aggregator_unavailable_apiservice_total`); expiry of the certificates in use;
+//! - authentication attempts by authenticator and result (counted by `authn`);
 //! - the standard `process_*` metrics (Linux).
 
 use crate::authz::Attributes;
@@ -60,6 +61,8 @@ pub struct Metrics {
     pub unavailable_total: IntCounterVec,
     /// cert (`serving`, `proxy-client`)
     pub cert_expiry: GaugeVec,
+    /// authenticator, result
+    pub authn_attempts: IntCounterVec,
 }
 
 // The names and labels below are constants; registering them cannot fail.
@@ -130,6 +133,12 @@ impl Default for Metrics {
             "Counter of APIServices which are marked as unavailable broken down by APIService name and reason.",
             &["name", "reason"],
         );
+        let authn_attempts = counter(
+            &r,
+            "apigw_authentication_attempts_total",
+            "Answers of each authenticator, by authenticator and result (success or why not).",
+            &["authenticator", "result"],
+        );
         let cert_expiry = GaugeVec::new(
             Opts::new(
                 "apigw_certificate_expiry_timestamp_seconds",
@@ -160,6 +169,7 @@ impl Default for Metrics {
             unavailable,
             unavailable_total,
             cert_expiry,
+            authn_attempts,
         }
     }
 }

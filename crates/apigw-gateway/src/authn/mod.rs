@@ -3,12 +3,20 @@
 //! bearer token, and (only when enabled) anonymous. Every authenticated identity also carries
 //! `system:authenticated`. Certificates are examined once per connection ([`PeerIdentity`]);
 //! requests then only look at headers. In cluster mode, bearer tokens no local method knows
-//! are asked of the cluster ([`TokenReview`]). The identity-header policy the proxy strips
-//! with is also this module's ([`IdentityHeaders`]).
+//! are tried against the configured JWT issuers ([`jwt`]), then asked of the cluster
+//! ([`TokenReview`]), as kube's union authenticator does (`remote`). Each answer is counted
+//! ([`Attempts`]). The identity-header policy the proxy strips with is also this module's
+//! ([`IdentityHeaders`]).
 
+mod attempts;
 mod headers;
+mod remote;
 mod settings;
-pub use settings::{AuthnFiles, AuthnLoadError, AuthnSettings, RequestHeaderSettings};
+pub use attempts::Attempts;
+pub use remote::JwtIssuers;
+pub use settings::{
+    load_jwt, AuthnFiles, AuthnLoadError, AuthnSettings, JwtLoadError, RequestHeaderSettings,
+};
 pub mod jwt;
 mod token;
 mod x509;
@@ -90,8 +98,11 @@ pub struct Authenticator {
     /// Swapped whole when the token file changes.
     pub tokens: Option<arc_swap::ArcSwap<TokenFile>>,
     pub anonymous: bool,
+    /// The authentication configuration file's JWT issuers.
+    pub jwt: Option<JwtIssuers>,
     /// Set once, when cluster mode starts.
     token_review: OnceLock<Box<dyn TokenReview>>,
+    attempts: Attempts,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -100,6 +111,7 @@ impl std::fmt::Debug for Authenticator {
             .field("identity_headers", &self.identity_headers)
             .field("tokens", &self.tokens.is_some())
             .field("anonymous", &self.anonymous)
+            .field("jwt", &self.jwt)
             .field("token_review", &self.token_review.get().is_some())
             .finish()
     }
@@ -117,8 +129,22 @@ impl Authenticator {
             identity_headers,
             tokens: tokens.map(arc_swap::ArcSwap::from_pointee),
             anonymous,
+            jwt: None,
             token_review: OnceLock::new(),
+            attempts: Attempts::default(),
         }
+    }
+
+    /// Also tries bearer tokens against `jwt`'s issuers.
+    pub fn with_jwt(mut self, jwt: Option<jwt::JwtAuthenticator>) -> Self {
+        self.jwt = jwt.map(JwtIssuers::new);
+        self
+    }
+
+    /// Counts each authenticator's answers into `attempts`.
+    pub fn with_attempts(mut self, attempts: Attempts) -> Self {
+        self.attempts = attempts;
+        self
     }
 
     /// Asks `reviewer` about bearer tokens the local methods refuse. Only the first call
@@ -130,8 +156,8 @@ impl Authenticator {
     }
 
     /// Authenticates one request from its headers and what its connection's certificate
-    /// proved; a bearer token the local methods refuse is then asked of the token review,
-    /// when there is one.
+    /// proved; a bearer token the local methods refuse is then tried against the JWT issuers
+    /// and the token review, when there are any.
     pub async fn authenticate(
         &self,
         headers: &http::HeaderMap,
@@ -141,19 +167,29 @@ impl Authenticator {
             Ok(id) => return Ok(id),
             Err(status) => status,
         };
-        let (Some(reviewer), Some(token)) = (self.token_review.get(), bearer(headers)) else {
-            return Err(refused);
-        };
-        // The reviewer's future is boxed: this network round trip is rare, and would
-        // otherwise enlarge every request's future.
-        match reviewer.review(token).await {
-            Ok(Some(id)) => Ok(id.authenticated()),
-            Ok(None) => Err(refused),
-            Err(e) => {
-                tracing::warn!(error = %e, "TokenReview failed");
-                Err(refused)
+        let token = match bearer(headers) {
+            Some(token) if self.has_remote() => token,
+            Some(_) => {
+                self.attempts
+                    .count(attempts::Method::None, attempts::INVALID_TOKEN);
+                return Err(refused);
             }
+            None => {
+                self.attempts
+                    .count(attempts::Method::None, attempts::NO_CREDENTIALS);
+                return Err(refused);
+            }
+        };
+        // Boxed: signature checks and network round trips are rare next to local methods,
+        // and would otherwise enlarge every request's future.
+        match Box::pin(self.authenticate_token(token)).await {
+            Some(id) => Ok(id.authenticated()),
+            None => Err(refused),
         }
+    }
+
+    fn success(&self, method: attempts::Method) {
+        self.attempts.count(method, attempts::SUCCESS);
     }
 
     /// The methods that need no network: front proxy, client certificate, token file,
@@ -166,19 +202,27 @@ impl Authenticator {
         match &peer.sort {
             PeerSort::FrontProxy { .. } => {
                 if let Some(id) = self.identity_headers.identity(headers) {
+                    self.success(attempts::Method::RequestHeader);
                     return Ok(id.authenticated());
                 }
             }
-            PeerSort::User(id) => return Ok(id.authenticated_clone()),
+            PeerSort::User(id) => {
+                self.success(attempts::Method::X509);
+                return Ok(id.authenticated_clone());
+            }
             _ => {}
         }
         if let Some(token) = bearer(headers) {
             return match self.tokens.as_ref().and_then(|t| t.load().lookup(token)) {
-                Some(id) => Ok(id.authenticated()),
+                Some(id) => {
+                    self.success(attempts::Method::TokenFile);
+                    Ok(id.authenticated())
+                }
                 None => Err(Status::unauthorized()),
             };
         }
         if self.anonymous {
+            self.success(attempts::Method::Anonymous);
             return Ok(Identity::new(
                 ANONYMOUS_USER,
                 vec![UNAUTHENTICATED.to_string()],
@@ -363,5 +407,72 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), http::StatusCode::UNAUTHORIZED);
         assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    /// A JWT of a configured issuer that fails (here `alg: none`, refused before any fetch)
+    /// still goes to TokenReview, as kube's union authenticator does; each answer is counted.
+    #[tokio::test]
+    async fn a_refused_jwt_still_goes_to_token_review_and_attempts_are_counted() {
+        use base64::Engine;
+        let config = "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n\
+            jwt:\n- issuer: {url: 'https://127.0.0.1:1', audiences: [a]}\n  \
+            claimMappings: {username: {claim: sub, prefix: ''}}\n";
+        let jwt = jwt::JwtAuthenticator::from_text(config, jwt::FetchTiming::default()).unwrap();
+        let family = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("attempts", "attempts"),
+            &["authenticator", "result"],
+        )
+        .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let accept_all = |calls: &Arc<AtomicUsize>| FakeReview {
+            answer: Ok(Some(Identity::new("bob", vec![]))),
+            calls: calls.clone(),
+        };
+        let a = Authenticator::default()
+            .with_jwt(Some(jwt))
+            .with_attempts(Attempts::new(family.clone()));
+        let part = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let token = format!(
+            "{}.{}.",
+            part(r#"{"alg":"none"}"#),
+            part(r#"{"iss":"https://127.0.0.1:1","sub":"x","aud":"a"}"#)
+        );
+        let auth = format!("Bearer {token}");
+        let h = headers(&[("authorization", auth.as_str())]);
+        // Without TokenReview: refused, with kube's body.
+        let err = a.authenticate(&h, &PeerIdentity::none()).await.unwrap_err();
+        assert_eq!(err.message(), Status::unauthorized().message());
+        assert_eq!(
+            family
+                .with_label_values(&["jwt", "disallowed_algorithm"])
+                .get(),
+            1
+        );
+        a.set_token_review(Box::new(accept_all(&calls)));
+        // FakeReview accepts only "good"; this token is refused by both.
+        assert!(a.authenticate(&h, &PeerIdentity::none()).await.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            family
+                .with_label_values(&["tokenreview", "invalid_token"])
+                .get(),
+            1
+        );
+        let good = headers(&[("authorization", "Bearer good")]);
+        let id = a.authenticate(&good, &PeerIdentity::none()).await.unwrap();
+        assert_eq!(id.groups, vec![AUTHENTICATED]);
+        assert_eq!(
+            family.with_label_values(&["tokenreview", "success"]).get(),
+            1
+        );
+        let none = Authenticator::default().with_attempts(Attempts::new(family.clone()));
+        assert!(none
+            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .await
+            .is_err());
+        assert_eq!(
+            family.with_label_values(&["none", "no_credentials"]).get(),
+            1
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Authentication settings: client certificates, static tokens, anonymous requests and the
-//! front proxy's identity headers. Defaults live only here.
+//! Authentication settings: client certificates, static tokens, anonymous requests, the
+//! front proxy's identity headers and the JWT issuers' configuration file. Defaults live only
+//! here.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,8 @@ pub struct AuthnSettings {
     pub anonymous: bool,
     /// Front-proxy authentication; None: off.
     pub request_header: Option<RequestHeaderSettings>,
+    /// kube's `AuthenticationConfiguration` file (its `jwt` authenticators).
+    pub authentication_config: Option<PathBuf>,
 }
 
 impl AuthnSettings {
@@ -60,10 +63,12 @@ impl RequestHeaderSettings {
     }
 }
 
-/// What authentication reads from files: the client-certificate verifier and the static tokens.
+/// What authentication reads from files: the client-certificate verifier, the static tokens
+/// and the JWT issuers.
 pub struct AuthnFiles {
     pub certs: super::CertAuthenticator,
     pub tokens: Option<super::TokenFile>,
+    pub jwt: Option<super::jwt::JwtAuthenticator>,
 }
 
 /// A file authentication could not load; it reads as the underlying error.
@@ -74,6 +79,33 @@ pub enum AuthnLoadError {
     Certs(#[from] apigw_core::tls::TlsError),
     #[error(transparent)]
     Tokens(#[from] super::token::TokenFileError),
+    /// The authentication configuration file, unreadable or invalid.
+    #[error("{}: {source}", path.display())]
+    Jwt {
+        path: PathBuf,
+        #[source]
+        source: JwtLoadError,
+    },
+}
+
+/// Why the authentication configuration file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JwtLoadError {
+    #[error("reading: {0}")]
+    Read(#[from] std::io::Error),
+    #[error(transparent)]
+    Build(#[from] super::jwt::BuildError),
+}
+
+/// Reads and validates the authentication configuration file at `path`; nothing is fetched.
+pub fn load_jwt(path: &std::path::Path) -> Result<super::jwt::JwtAuthenticator, AuthnLoadError> {
+    let wrap = |source: JwtLoadError| AuthnLoadError::Jwt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| wrap(e.into()))?;
+    super::jwt::JwtAuthenticator::from_text(&text, super::jwt::FetchTiming::default())
+        .map_err(|e| wrap(e.into()))
 }
 
 impl AuthnLoadError {
@@ -82,6 +114,7 @@ impl AuthnLoadError {
         match self {
             Self::Certs(_) => None,
             Self::Tokens(_) => Some("token-auth-file"),
+            Self::Jwt { .. } => Some("authentication-config"),
         }
     }
 }
@@ -98,9 +131,19 @@ impl AuthnSettings {
             .map(super::TokenFile::load)
             .transpose()
             .map_err(AuthnLoadError::from);
-        match (certs, tokens) {
-            (Ok(certs), Ok(tokens)) => Ok(AuthnFiles { certs, tokens }),
-            (certs, tokens) => Err(certs.err().into_iter().chain(tokens.err()).collect()),
+        let jwt = self
+            .authentication_config
+            .as_deref()
+            .map(load_jwt)
+            .transpose();
+        match (certs, tokens, jwt) {
+            (Ok(certs), Ok(tokens), Ok(jwt)) => Ok(AuthnFiles { certs, tokens, jwt }),
+            (certs, tokens, jwt) => Err(certs
+                .err()
+                .into_iter()
+                .chain(tokens.err())
+                .chain(jwt.err())
+                .collect()),
         }
     }
 }

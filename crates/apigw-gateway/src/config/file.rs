@@ -23,6 +23,7 @@ pub(super) const KEYS: &[&str] = &[
     "requestheaderUsernameHeaders",
     "requestheaderGroupHeaders",
     "requestheaderExtraHeadersPrefix",
+    "authenticationConfig",
     "proxyClientCertFile",
     "proxyClientKeyFile",
     "apiserviceDir",
@@ -116,6 +117,7 @@ section! {
         requestheader_username_headers: Vec<String> = "requestheaderUsernameHeaders",
         requestheader_group_headers: Vec<String> = "requestheaderGroupHeaders",
         requestheader_extra_headers_prefix: Vec<String> = "requestheaderExtraHeadersPrefix",
+        authentication_config: Option<PathBuf> = "authenticationConfig",
     }
 }
 

@@ -104,6 +104,9 @@ pub struct AuthnFlags {
         display_order = 12
     )]
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// kube's AuthenticationConfiguration file (its `jwt` issuers); reloaded when it changes.
+    #[arg(long, help_heading = "Authentication", display_order = 13)]
+    pub authentication_config: Option<PathBuf>,
 }
 
 /// [`crate::proxy::BackendSettings`], and the APIService manifest directory.

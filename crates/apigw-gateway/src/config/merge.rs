@@ -216,6 +216,11 @@ fn serving(
 fn authn(f: &AuthnFlags, file: AuthnFile, cx: &mut Cx) -> AuthnSettings {
     let client_ca = cx.file("client-ca-file", &f.client_ca_file, file.client_ca_file);
     let token_file = cx.file("token-auth-file", &f.token_auth_file, file.token_auth_file);
+    let authentication_config = cx.file(
+        "authentication-config",
+        &f.authentication_config,
+        file.authentication_config,
+    );
     let rh_ca = cx.file(
         "requestheader-client-ca-file",
         &f.requestheader_client_ca_file,
@@ -267,6 +272,7 @@ fn authn(f: &AuthnFlags, file: AuthnFile, cx: &mut Cx) -> AuthnSettings {
             .or(file.anonymous_auth)
             .unwrap_or(AuthnSettings::default().anonymous),
         request_header,
+        authentication_config,
     }
 }
 

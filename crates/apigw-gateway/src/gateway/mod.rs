@@ -20,7 +20,7 @@ pub use health::Health;
 pub use pipeline::{GatewayService, ResponseFuture};
 
 use crate::apiservices::ApiServices;
-use crate::authn::{Authenticator, CertAuthenticator, IdentityHeaders, TokenFile};
+use crate::authn::{Attempts, Authenticator, CertAuthenticator, IdentityHeaders, TokenFile};
 use crate::authz::Authorizer;
 use crate::availability::{self, Availability};
 use crate::config::Config;
@@ -81,10 +81,14 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let crate::authn::AuthnFiles { certs, tokens } = cfg.authn.load().map_err(first_problem)?;
+        let crate::authn::AuthnFiles { certs, tokens, jwt } =
+            cfg.authn.load().map_err(first_problem)?;
+        let metrics = Arc::new(Metrics::default());
         // One identity-header policy: authentication reads with it, the proxy strips with it.
         let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
-        let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous);
+        let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous)
+            .with_jwt(jwt)
+            .with_attempts(Attempts::new(metrics.authn_attempts.clone()));
         let proxy_cert = match &cfg.proxy.proxy_client {
             Some((cert, key)) => {
                 let c = ReloadingCert::load(cert, key)?;
@@ -110,7 +114,6 @@ impl Gateway {
             }),
             None => None,
         };
-        let metrics = Arc::new(Metrics::default());
         let closing = tokio_util::sync::CancellationToken::new();
         let proxy = Proxy::new(ProxySettings {
             resolver: Resolver::new(cfg.proxy.resolve.clone()),
@@ -259,6 +262,9 @@ pub async fn run(
         }
     };
     watch_files(&gateway, built.reloading, &cfg);
+    if let Some(issuers) = &gateway.authn.jwt {
+        issuers.spawn_refresh();
+    }
     availability::spawn(
         registry.clone(),
         gateway.proxy.clone(),
@@ -380,7 +386,7 @@ async fn start_cluster(
 }
 
 /// Every file that applies when it changes: serving and proxy client certificates, the
-/// client and front-proxy CA bundles, the token file.
+/// client and front-proxy CA bundles, the token file, the authentication configuration.
 fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Config) {
     const PERIOD: Duration = Duration::from_secs(2);
     for cert in certs {
@@ -421,6 +427,21 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
             }
             Ok::<(), String>(())
         });
+    }
+    if let Some(path) = cfg.authn.authentication_config.clone() {
+        let g = gateway.clone();
+        apigw_core::reload::watch_files(
+            "authentication config",
+            vec![path.clone()],
+            PERIOD,
+            move || {
+                let jwt = crate::authn::load_jwt(&path)?;
+                if let Some(issuers) = &g.authn.jwt {
+                    issuers.replace(jwt);
+                }
+                Ok::<(), crate::authn::AuthnLoadError>(())
+            },
+        );
     }
 }
 

@@ -326,6 +326,12 @@ fn key_fits(key: &keys::Key, alg: Algorithm) -> bool {
     }
 }
 
+/// The unverified `iss` of a compact JWS, or None when `token` is not one; for logging why a
+/// token no configured issuer has was refused.
+pub fn unverified_issuer(token: &str) -> Option<String> {
+    peek_issuer(token)
+}
+
 /// The unverified `iss` of a compact JWS, or None when `token` is not one.
 fn peek_issuer(token: &str) -> Option<String> {
     let mut parts = token.split('.');
