@@ -8,6 +8,9 @@
 # keep-alive GETs of a 1 KiB body with one curl each, zeroing the counters before and dumping
 # them after. Ir/req = (Ir(N2) - Ir(N1)) / (N2 - N1), so connection setup and TLS handshakes
 # cancel out. Needs valgrind (callgrind_control) and curl.
+#
+#   APIGW_LOG=info   the gateway's RUST_LOG (default warn: no access log); info logs every request
+#   KEEP=DIR         keep the N2 dumps as DIR/cg.http1.1 and DIR/cg.http2 for callgrind_annotate
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/apigw}")
 N1=${2:-500}
@@ -42,7 +45,7 @@ RUST_LOG=warn "$BIN" sample-apiserver --bind-address 127.0.0.1 --secure-port "$S
   --tls-cert-file "$PKI/wardle.crt" --tls-private-key-file "$PKI/wardle.key" \
   --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" >"$D/sample.log" 2>&1 &
 PIDS+=($!)
-TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p" \
+TOKIO_WORKER_THREADS=1 RUST_LOG=${APIGW_LOG:-warn} valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p" \
   "$BIN" serve --bind-address 127.0.0.1 --secure-port "$GWPORT" \
   --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
   --client-ca-file "$PKI/client-ca.crt" \
@@ -77,7 +80,11 @@ for proto in http1.1 http2; do
     IR[$proto-$n]=$(awk '/^summary:/ {print $2}' "$dump")
     echo "$proto n=$n Ir=${IR[$proto-$n]} codes:$codes"
     case "$codes" in *" $n 200 "*) ;; *) echo "not every request answered 200" >&2; exit 1 ;; esac
-    rm -f "$dump"
+    if [ -n "${KEEP:-}" ] && [ "$n" = "$N2" ]; then
+      mkdir -p "$KEEP" && mv "$dump" "$KEEP/cg.$proto"
+    else
+      rm -f "$dump"
+    fi
   done
   echo "$proto Ir/req = $(((IR[$proto-$N2] - IR[$proto-$N1]) / (N2 - N1)))"
 done

@@ -2,6 +2,8 @@
 //! hands over to the library. Configuration is validated before any port is bound. Every
 //! error is printed as clap prints its own: `error: ...`.
 
+mod logging;
+
 use anyhow::Context as _;
 use apigw::config::{Config, Flags};
 use clap::{Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -165,24 +167,6 @@ fn raise_fd_limit() {
     }
 }
 
-/// Logs to stderr, text or JSON, at the level `RUST_LOG` names (default info); colours only
-/// on a terminal.
-fn init_logging(json: bool) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|spec| tracing_subscriber::EnvFilter::try_new(log_directives(&spec)).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().flatten_event(true).init();
-    } else {
-        builder.init();
-    }
-}
-
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -191,15 +175,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
+    // Dropped when the command is done: every queued log line is out before `run` returns.
+    let mut _log = None;
     if !matches!(command, Command::Serve(_)) {
-        init_logging(false);
+        _log = Some(logging::init(false));
     }
     match command {
         Command::Serve(flags) => {
             let Some(cfg) = config_or_print(&flags) else {
                 return Ok(ExitCode::FAILURE);
             };
-            init_logging(cfg.log.json);
+            _log = Some(logging::init(cfg.log.json));
             for w in &cfg.warnings {
                 tracing::warn!("{w}");
             }
@@ -283,78 +269,4 @@ fn config_or_print(flags: &Flags) -> Option<Config> {
         eprintln!("error: {p}");
     }
     None
-}
-
-/// Where each module of the single `apigw` crate lives since the workspace split: the new
-/// prefix of its tracing targets.
-const LOG_TARGETS: &[(&str, &str)] = &[
-    ("body", "apigw_core::body"),
-    ("errors", "apigw_core::errors"),
-    ("tls", "apigw_core::tls"),
-    ("server", "apigw_core::server"),
-    ("yaml", "apigw_core::yaml"),
-    ("meta", "apigw_core::meta"),
-    ("reload", "apigw_core::reload"),
-    ("certs", "apigw_core::certs"),
-    ("config", "apigw_gateway::config"),
-    ("apiservices", "apigw_gateway::apiservices"),
-    ("audit", "apigw_gateway::audit"),
-    ("authn", "apigw_gateway::authn"),
-    ("authz", "apigw_gateway::authz"),
-    ("availability", "apigw_gateway::availability"),
-    ("cluster", "apigw_gateway::cluster"),
-    ("discovery", "apigw_gateway::discovery"),
-    ("gateway", "apigw_gateway::gateway"),
-    ("metrics", "apigw_gateway::metrics"),
-    ("proxy", "apigw_gateway::proxy"),
-    ("registry", "apigw_gateway::registry"),
-    ("request_info", "apigw_gateway::request_info"),
-    ("sample", "apigw_sample"),
-];
-
-/// `RUST_LOG` as written for the single crate: an `apigw::<module>` directive names the crate
-/// the module lives in now. `apigw=...` needs nothing (a target matches by prefix, so it covers
-/// every `apigw_*` crate), and the access log keeps its own `apigw::access` target.
-fn log_directives(spec: &str) -> String {
-    spec.split(',')
-        .map(|directive| {
-            let trimmed = directive.trim_start();
-            let Some(rest) = trimmed.strip_prefix("apigw::") else {
-                return directive.to_string();
-            };
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            match LOG_TARGETS
-                .iter()
-                .find(|(module, _)| *module == &rest[..end])
-            {
-                Some((_, target)) => format!("{target}{}", &rest[end..]),
-                None => directive.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-#[cfg(test)]
-mod log_tests {
-    use super::log_directives;
-
-    #[test]
-    fn module_directives_follow_their_module_into_its_crate() {
-        assert_eq!(
-            log_directives("info,apigw::proxy=debug,apigw::tls::reload=trace,apigw::sample=warn"),
-            "info,apigw_gateway::proxy=debug,apigw_core::tls::reload=trace,apigw_sample=warn"
-        );
-        // The access log's target, the whole crate and anything else stay as written.
-        assert_eq!(
-            log_directives("apigw::access=info,apigw=debug,hyper=warn,apigw::doctor=debug"),
-            "apigw::access=info,apigw=debug,hyper=warn,apigw::doctor=debug"
-        );
-        assert_eq!(
-            log_directives("apigw::gateway[request]=debug"),
-            "apigw_gateway::gateway[request]=debug"
-        );
-    }
 }

@@ -129,7 +129,7 @@ impl Drop for Record {
         let code = self.code();
         tracing::info!(
             target: "apigw::access",
-            remote = %self.info.client,
+            remote = %Remote(self.info.client),
             user = self.identity.as_ref().map_or("", |i| i.user.as_str()),
             verb = %self.info.attrs.verb,
             path = %self.info.attrs.path,
@@ -153,6 +153,38 @@ impl Drop for Record {
             });
         }
     }
+}
+
+/// The client's address as `SocketAddr` displays it; an IPv4 one written in one piece rather
+/// than a formatting call per octet.
+struct Remote(std::net::SocketAddr);
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let std::net::SocketAddr::V4(v4) = self.0 else {
+            return self.0.fmt(f);
+        };
+        // "255.255.255.255:65535"
+        let mut buf = [0u8; 21];
+        let mut at = 0;
+        for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+            at += decimal(&mut buf[at..], octet.into());
+            buf[at] = if i < 3 { b'.' } else { b':' };
+            at += 1;
+        }
+        at += decimal(&mut buf[at..], v4.port());
+        f.write_str(std::str::from_utf8(&buf[..at]).map_err(|_| std::fmt::Error)?)
+    }
+}
+
+/// Writes `n` at the start of `out` in decimal; returns the digits written.
+fn decimal(out: &mut [u8], mut n: u16) -> usize {
+    let width = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    for d in out[..width].iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    width
 }
 
 /// Milliseconds to the microsecond, as the access line prints them: `2.666`, never the float
@@ -240,8 +272,28 @@ impl Drop for Logged {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_ms;
+    use super::{duration_ms, Remote};
     use std::time::Duration;
+
+    proptest::proptest! {
+        #[test]
+        fn remotes_print_as_socket_addrs_do(addr: std::net::SocketAddr) {
+            proptest::prop_assert_eq!(Remote(addr).to_string(), addr.to_string());
+        }
+    }
+
+    #[test]
+    fn remote_edges() {
+        for addr in [
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.0.9.100:8443",
+            "[::1]:443",
+        ] {
+            let addr: std::net::SocketAddr = addr.parse().unwrap();
+            assert_eq!(Remote(addr).to_string(), addr.to_string());
+        }
+    }
 
     proptest::proptest! {
         #[test]
