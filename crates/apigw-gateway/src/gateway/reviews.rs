@@ -106,15 +106,13 @@ where
         }
     };
     let spec = if protobuf {
-        super::protobuf::review_spec(resource, &body).map_err(|e| e.to_string())
+        super::protobuf::review_spec(resource, &body)?
     } else {
         serde_json::from_slice::<Value>(&body)
             .map(|v| v.get("spec").cloned().unwrap_or(Value::Null))
-            .map_err(|e| format!("the request body is not JSON: {e}"))
-    };
-    let spec = match spec {
-        Ok(spec) => spec,
-        Err(e) => return Err(Status::bad_request(e)),
+            .map_err(|e| {
+                Status::bad_request(format!("the request body is not JSON: {e}")).with_source(e)
+            })?
     };
     let status = match (group, resource) {
         (AUTHN, "selfsubjectreviews") => json!({"userInfo": user_info(identity)}),
