@@ -55,6 +55,21 @@ impl Cx<'_> {
         }
     }
 
+    /// A file setting: its path, and the problem when it names no file.
+    fn file_setting(
+        &self,
+        flag: &str,
+        value: &Option<PathBuf>,
+        file: Option<PathBuf>,
+    ) -> (Option<PathBuf>, Option<ConfigError>) {
+        let (path, from_file) = self.path(value, file);
+        let missing = path.as_ref().filter(|p| !p.is_file()).map(|p| ConfigError {
+            at: self.origin.name(flag, from_file),
+            message: format!("{}: no such file", p.display()),
+        });
+        (path, missing)
+    }
+
     /// A file setting; a problem when it names no file.
     fn file(
         &mut self,
@@ -62,13 +77,8 @@ impl Cx<'_> {
         value: &Option<PathBuf>,
         file: Option<PathBuf>,
     ) -> Option<PathBuf> {
-        let (path, from_file) = self.path(value, file);
-        if let Some(p) = path.as_ref().filter(|p| !p.is_file()) {
-            self.early.push(ConfigError {
-                at: self.origin.name(flag, from_file),
-                message: format!("{}: no such file", p.display()),
-            });
-        }
+        let (path, missing) = self.file_setting(flag, value, file);
+        self.early.extend(missing);
         path
     }
 
@@ -79,11 +89,8 @@ impl Cx<'_> {
         value: &Option<PathBuf>,
         file: Option<PathBuf>,
     ) -> Option<PathBuf> {
-        let (path, from_file) = self.path(value, file);
-        if let Some(p) = path.as_ref().filter(|p| !p.is_file()) {
-            let at = self.origin.name(flag, from_file);
-            self.later(at, format!("{}: no such file", p.display()));
-        }
+        let (path, missing) = self.file_setting(flag, value, file);
+        self.later.extend(missing);
         path
     }
 
