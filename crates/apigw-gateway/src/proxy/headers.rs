@@ -413,6 +413,15 @@ mod tests {
         );
     }
 
+    /// `name` with the letters `upper` marks in upper case, and `_` for `-` when `underscores`.
+    fn spelled(name: &str, upper: &[bool], underscores: bool) -> String {
+        name.chars()
+            .zip(upper.iter().cycle())
+            .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
+            .map(|c| if underscores && c == '-' { '_' } else { c })
+            .collect()
+    }
+
     proptest::proptest! {
         /// Client addresses read in X-Forwarded-For as `Display` writes them.
         #[test]
@@ -432,12 +441,7 @@ mod tests {
         ) {
             let policy = IdentityHeaders::new(&["X-User"], &["X_Groups"], &["X-Attr-"]);
             let suffix = if family.ends_with('-') { suffix } else { String::new() };
-            let raw: String = format!("{family}{suffix}")
-                .chars()
-                .zip(upper.iter().cycle())
-                .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
-                .map(|c| if underscores && c == '-' { '_' } else { c })
-                .collect();
+            let raw = spelled(&format!("{family}{suffix}"), &upper, underscores);
             let mut h = HeaderMap::new();
             let Ok(name) = HeaderName::from_bytes(raw.as_bytes()) else { return Ok(()) };
             h.insert(name, HeaderValue::from_static("mallory"));
@@ -458,12 +462,7 @@ mod tests {
             upper in proptest::collection::vec(proptest::bool::ANY, 32),
             underscores in proptest::bool::ANY,
         ) {
-            let raw: String = format!("{family}{suffix}")
-                .chars()
-                .zip(upper.iter().cycle())
-                .map(|(c, up)| if *up { c.to_ascii_uppercase() } else { c })
-                .map(|c| if underscores && c == '-' { '_' } else { c })
-                .collect();
+            let raw = spelled(&format!("{family}{suffix}"), &upper, underscores);
             let mut h = HeaderMap::new();
             let Ok(name) = HeaderName::from_bytes(raw.as_bytes()) else { return Ok(()) };
             h.insert(name, HeaderValue::from_static("mallory"));
