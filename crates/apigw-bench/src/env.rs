@@ -2,7 +2,9 @@
 //! sample addon server and the gateway as separate processes of the `apigw` binary, and the
 //! client TLS configurations of the front door (user certificate) and of the backend (the proxy
 //! client certificate, as the gateway itself presents it). Each process leads its own process
-//! group, and the whole group is killed on drop (nginx's workers with their master).
+//! group, and the whole group is killed on drop (nginx's workers with their master). A gateway
+//! runs as the `apigw` target with `--gateway-log`, or as the `apigw-log` target with
+//! `RUST_LOG=info`, apigw's default: one access line per request.
 
 use super::load::{self, Proto, Target};
 use anyhow::Context as _;
@@ -20,6 +22,9 @@ use std::time::{Duration, Instant};
 
 /// The name the backend's certificate carries, and the gateway verifies.
 pub const SERVICE_NAME: &str = "wardle-server.wardle-namespace.svc";
+
+/// The target name of a gateway with its access log on (`RUST_LOG=info`).
+pub const LOG_TARGET: &str = "apigw-log";
 
 /// A child process leading its own process group; the group is killed and the child reaped
 /// when dropped.
@@ -144,7 +149,7 @@ pub struct Env {
     pub exe: PathBuf,
     /// More `apigw serve` flags for every gateway this run starts (`--gateway-arg`).
     pub gateway_args: Vec<String>,
-    /// `RUST_LOG` of every gateway this run starts (`--gateway-log`).
+    /// `RUST_LOG` of every `apigw` gateway this run starts (`--gateway-log`).
     pub gateway_log: String,
 }
 
@@ -283,6 +288,31 @@ impl Env {
         services: &[serde_json::Value],
         backend: SocketAddr,
     ) -> anyhow::Result<(Proc, Target)> {
+        self.start_gateway(name, services, backend, &self.gateway_log)
+            .await
+    }
+
+    /// [`Env::gateway_to`] in apigw's default configuration, `RUST_LOG=info` (one access line
+    /// per request, to `<name>.log`), as the [`LOG_TARGET`] target.
+    pub async fn log_gateway_to(
+        &self,
+        name: &str,
+        services: &[serde_json::Value],
+        backend: SocketAddr,
+    ) -> anyhow::Result<(Proc, Target)> {
+        let (proc, mut target) = self.start_gateway(name, services, backend, "info").await?;
+        target.name = LOG_TARGET.into();
+        Ok((proc, target))
+    }
+
+    /// Starts a gateway with `RUST_LOG=rust_log` and waits until it is ready.
+    async fn start_gateway(
+        &self,
+        name: &str,
+        services: &[serde_json::Value],
+        backend: SocketAddr,
+        rust_log: &str,
+    ) -> anyhow::Result<(Proc, Target)> {
         let manifests = self.dir.path().join(format!("{name}-apiservices"));
         std::fs::create_dir_all(&manifests)
             .with_context(|| format!("creating {}", manifests.display()))?;
@@ -309,7 +339,7 @@ impl Env {
             .arg("--resolve")
             .arg(format!("{SERVICE_NAME}:443={backend}"))
             .args(&self.gateway_args)
-            .env("RUST_LOG", &self.gateway_log);
+            .env("RUST_LOG", rust_log);
         let mut proc = Proc::spawn(name, cmd, self.dir.path())?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let target = self.front_target("apigw", addr, vec![proc.pid()]);

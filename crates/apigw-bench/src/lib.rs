@@ -4,6 +4,11 @@
 //! own load generator, and writes a Markdown table and a JSON file. Exits non-zero when any
 //! request failed, never because of speed.
 //!
+//! The gateway is measured twice in the small-GET scenarios: `apigw` with its access log off
+//! (`--gateway-log warn`, as the peers run) and `apigw-log` in apigw's default configuration
+//! (`RUST_LOG=info`, one access line per request). With `--rounds N` each request-rate scenario
+//! runs its targets N times in rotating order, and each row is the median of the rounds.
+//!
 //! [`env`] owns the processes and TLS clients, [`peers`] nginx and haproxy, [`load`] the load
 //! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`], [`big_list`],
 //! [`nginx_backend`] and [`watches`] the scenarios, [`report`] and [`report_checks`] the output.
@@ -29,10 +34,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
+    "small-get-h2-c1",
     nginx_backend::NAME,
     "list-10m",
     "big-list",
@@ -85,11 +91,22 @@ pub struct BenchArgs {
     /// `--gateway-arg=--worker-threads=0`.
     #[arg(long, allow_hyphen_values = true)]
     pub gateway_arg: Vec<String>,
-    /// `RUST_LOG` of the gateways the run starts: `warn` leaves the access log off, as the
-    /// peers run; `info` is apigw's default configuration, one access line per request
-    /// (written to the gateway's log file in the run's directory).
+    /// `RUST_LOG` of the `apigw` gateways the run starts: `warn` leaves the access log off, as
+    /// the peers run; `info` is apigw's default configuration, one access line per request
+    /// (written to the gateway's log file in the run's directory). The `apigw-log` target
+    /// always runs with `info`.
     #[arg(long, default_value = "warn")]
     pub gateway_log: String,
+    /// Leave out the `apigw-log` target (a second gateway with `RUST_LOG=info`, apigw's default
+    /// access log on) from small-get, small-get-c1, small-get-h2, small-get-h2-c1 and
+    /// small-get-nginx-backend.
+    #[arg(long)]
+    pub no_log_target: bool,
+    /// Run the targets of the small GETs (small-get-nginx-backend's too), list-10m and post-1m
+    /// this many times, each round starting at the next target; each row is then the median
+    /// of its rounds, with each round's req/s in the JSON (1 with --quick).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/latest.json")]
     pub json: PathBuf,
@@ -113,6 +130,8 @@ pub struct Settings {
     pub discovery_groups: usize,
     /// Bytes of the big-list response.
     pub big_list_bytes: u64,
+    /// Rounds of each request-rate scenario (`--rounds`; rows are their medians).
+    pub rounds: usize,
     pub quick: bool,
 }
 
@@ -157,6 +176,7 @@ impl Settings {
             discovery_services: if quick { 100 } else { 1000 },
             discovery_groups: if quick { 30 } else { 300 },
             big_list_bytes,
+            rounds: if quick { 1 } else { args.rounds.max(1) },
             quick,
         })
     }
@@ -171,8 +191,12 @@ pub struct Row {
     pub concurrency: usize,
     /// Resident memory of the target's processes just before the scenario's warm-up (KiB).
     pub rss_before_kib: u64,
+    /// The median of the rounds with `--rounds` above 1 (requests and errors: their totals).
     #[serde(flatten)]
     pub measured: Measured,
+    /// Requests/s of each round, in the order run; absent with a single round.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds_rps: Vec<f64>,
     pub note: Option<String>,
 }
 
@@ -185,6 +209,7 @@ impl Row {
             concurrency: job.concurrency,
             rss_before_kib: 0,
             measured,
+            rounds_rps: Vec::new(),
             note: None,
         }
     }

@@ -399,6 +399,42 @@ pub fn from_samples(
     summarize(tally, usage, window)
 }
 
+/// One [`Measured`] for several rounds of the same job: the median of each rate, latency and
+/// CPU figure (the mean of the middle two for an even count), the total requests and errors,
+/// the first round's starting memory and the highest peak.
+pub fn median(rounds: &[Measured]) -> Measured {
+    let mid = |f: fn(&Measured) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_unstable_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    };
+    Measured {
+        requests: rounds.iter().map(|m| m.requests).sum(),
+        errors: rounds.iter().map(|m| m.errors).sum(),
+        rps: mid(|m| m.rps),
+        mib_per_s: mid(|m| m.mib_per_s),
+        p50_ms: mid(|m| m.p50_ms),
+        p90_ms: mid(|m| m.p90_ms),
+        p99_ms: mid(|m| m.p99_ms),
+        max_ms: mid(|m| m.max_ms),
+        usage: Usage {
+            cpu_s: mid(|m| m.usage.cpu_s),
+            rss_start_kib: rounds.first().map_or(0, |m| m.usage.rss_start_kib),
+            rss_peak_kib: rounds
+                .iter()
+                .map(|m| m.usage.rss_peak_kib)
+                .max()
+                .unwrap_or(0),
+        },
+        cpu_us_per_req: mid(|m| m.cpu_us_per_req),
+        first_error: rounds.iter().find_map(|m| m.first_error.clone()),
+    }
+}
+
 fn summarize(mut t: Tally, usage: Usage, window: Duration) -> Measured {
     t.latencies_us.sort_unstable();
     let secs = window.as_secs_f64().max(1e-9);
@@ -425,7 +461,51 @@ fn summarize(mut t: Tally, usage: Usage, window: Duration) -> Measured {
 
 #[cfg(test)]
 mod tests {
-    use super::quantile_ms;
+    use super::{median, quantile_ms, Measured};
+
+    fn round(rps: f64, p50_ms: f64, errors: u64, peak: u64) -> Measured {
+        let mut m = Measured {
+            requests: 10,
+            errors,
+            rps,
+            p50_ms,
+            cpu_us_per_req: rps / 10.0,
+            ..Measured::default()
+        };
+        m.usage.rss_peak_kib = peak;
+        m.usage.rss_start_kib = peak / 2;
+        if errors > 0 {
+            m.first_error = Some(format!("{rps}"));
+        }
+        m
+    }
+
+    #[test]
+    fn median_of_an_odd_count_is_the_middle_round() {
+        let m = median(&[
+            round(300.0, 1.0, 0, 8),
+            round(100.0, 3.0, 2, 4),
+            round(200.0, 2.0, 1, 6),
+        ]);
+        assert_eq!((m.rps, m.p50_ms, m.cpu_us_per_req), (200.0, 2.0, 20.0));
+        assert_eq!((m.requests, m.errors), (30, 3));
+        assert_eq!((m.usage.rss_start_kib, m.usage.rss_peak_kib), (4, 8));
+        assert_eq!(m.first_error.as_deref(), Some("100"));
+    }
+
+    #[test]
+    fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        let m = median(&[
+            round(400.0, 1.0, 0, 1),
+            round(100.0, 4.0, 0, 1),
+            round(300.0, 2.0, 0, 1),
+            round(200.0, 3.0, 0, 1),
+        ]);
+        assert_eq!((m.rps, m.p50_ms), (250.0, 2.5));
+        assert_eq!(m.first_error, None);
+        assert_eq!(median(&[]).rps, 0.0);
+        assert_eq!(median(&[round(7.0, 1.0, 0, 1)]).rps, 7.0);
+    }
 
     #[test]
     fn quantiles_pick_the_nearest_rank() {

@@ -1,6 +1,8 @@
-//! `small-get-nginx-backend`: the small GET of `small-get`, with nginx instead of the sample
-//! server as the addon backend behind every proxy, so that the figure does not rest on a
-//! backend written here. nginx serves the same bytes the sample server serves (the 1 KiB JSON
+//! `small-get-nginx-backend`: the small GETs of `small-get`, `small-get-c1`, `small-get-h2` and
+//! `small-get-h2-c1`, with nginx instead of the sample server as the addon backend behind every
+//! proxy, so that the figures do not rest on a backend written here. Its rows are named
+//! `small-get-nginx-backend` (HTTP/1.1 at the configured concurrency), then `-c1`, `-h2` and
+//! `-h2-c1` after it. nginx serves the same bytes the sample server serves (the 1 KiB JSON
 //! and the `APIResourceList` the gateway's availability check reads, both fetched from the
 //! sample server when the scenario starts) as static files over TLS with the sample server's
 //! certificate for the service name, offering h2 and HTTP/1.1 by ALPN as the sample server
@@ -8,8 +10,8 @@
 //! client certificate, verified against the front-proxy CA, with an allowed name
 //! (`front-proxy-client`), and an identity in `X-Remote-User`.
 //!
-//! The scenario starts its own gateway and, unless `--no-peers`, its own nginx and haproxy
-//! proxies, all pointed at this backend, and stops them all (process groups) when it ends.
+//! The scenario starts its own gateways (`apigw`, and `apigw-log` unless `--no-log-target`)
+//! and, unless `--no-peers`, its own nginx and haproxy proxies, all pointed at this backend, and stops them all (process groups) when it ends.
 //! nginx is this scenario's subject, not a peer: it runs with `--no-peers` too, and a run that
 //! selects the scenario fails when nginx is missing and cannot be installed.
 
@@ -37,6 +39,8 @@ pub struct Options {
     pub may_install: bool,
     /// `--no-peers`: measure direct and apigw only.
     pub no_peers: bool,
+    /// Measure `apigw-log` too (not `--no-log-target`).
+    pub log_target: bool,
 }
 
 /// Runs the scenario: its rows, and notes on what was left out.
@@ -67,12 +71,20 @@ pub async fn run(
         payload.len()
     );
 
-    let (mut gateway, apigw) = env
-        .gateway_to("apigw-nginx-backend", &[env.wardle_apiservice()?], addr)
+    let services = [env.wardle_apiservice()?];
+    let (gateway, apigw) = env
+        .gateway_to("apigw-nginx-backend", &services, addr)
         .await?;
-    // Ready is not yet Available: wait until the availability check has passed against nginx
-    // and requests reach it.
-    wait_ready(&apigw, &payload_path, &mut gateway).await?;
+    let mut gateways = vec![(gateway, apigw)];
+    if opts.log_target {
+        let logged = env.log_gateway_to("apigw-log-nginx-backend", &services, addr);
+        gateways.push(logged.await?);
+    }
+    for (proc, target) in &mut gateways {
+        // Ready is not yet Available: wait until the availability check has passed against
+        // nginx and requests reach it.
+        wait_ready(target, &payload_path, proc).await?;
+    }
 
     let mut skipped = Vec::new();
     let mut running: Vec<Peer> = Vec::new();
@@ -96,25 +108,36 @@ pub async fn run(
         }
     }
 
-    let mut targets = vec![direct, apigw];
-    targets.extend(running.iter().map(|p| p.target.clone()));
-    let before: Vec<u64> = targets
-        .iter()
-        .map(|t| t.pids.iter().filter_map(|&p| rss_kib(p)).sum())
-        .collect();
-    let mut rows = scenarios::small_get(s, &targets, NAME, s.concurrency).await;
     let version = nginx_version().map_or_else(
         || "nginx".to_string(),
         |(a, b, c)| format!("nginx {a}.{b}.{c}"),
     );
-    for (row, kib) in rows.iter_mut().zip(before) {
-        row.rss_before_kib = kib;
-        row.note = Some(format!("backend: {version}"));
+    let mut rows = Vec::new();
+    for (suffix, proto, c) in scenarios::small_get_variants(s) {
+        // The backend offers h2 (`http2` on its listen), as do both peers.
+        let mut targets = vec![direct.clone()];
+        targets.extend(gateways.iter().map(|(_, t)| t.clone()));
+        targets.extend(
+            running
+                .iter()
+                .filter(|p| p.h2 || proto == Proto::H1)
+                .map(|p| p.target.clone()),
+        );
+        let before: Vec<u64> = targets
+            .iter()
+            .map(|t| t.pids.iter().filter_map(|&p| rss_kib(p)).sum())
+            .collect();
+        let name = format!("{NAME}{suffix}");
+        let mut new_rows = scenarios::small_get(s, &targets, &name, proto, c).await;
+        for (row, kib) in new_rows.iter_mut().zip(before) {
+            row.rss_before_kib = kib;
+            row.note = Some(format!("backend: {version}"));
+        }
+        rows.extend(new_rows);
     }
-    for (proc, what) in [
-        (&mut backend_proc, "the nginx backend"),
-        (&mut gateway, "its gateway"),
-    ] {
+    let procs = std::iter::once((&mut backend_proc, "the nginx backend"))
+        .chain(gateways.iter_mut().map(|(p, _)| (p, "its gateway")));
+    for (proc, what) in procs {
         if let Some(status) = proc.exited() {
             anyhow::bail!(
                 "{what} exited during the scenario ({status}); see {}.log",
@@ -128,7 +151,7 @@ pub async fn run(
         }
     }
     // Dropping the processes here kills their groups: nothing outlives the scenario.
-    drop((running, gateway, backend_proc));
+    drop((running, gateways, backend_proc));
     Ok((rows, skipped))
 }
 

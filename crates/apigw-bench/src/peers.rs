@@ -3,7 +3,8 @@
 //! identity headers, sets `X-Remote-User` from the certificate's CN, and re-encrypts to the
 //! sample server with the proxy client certificate, verifying the backend certificate against
 //! the addon CA for the service name, over a keep-alive upstream pool. No access logs (the
-//! gateway runs with `RUST_LOG=warn` so neither side logs per request). nginx also serves the
+//! `apigw` target runs with `RUST_LOG=warn` so neither side logs per request; `apigw-log`
+//! shows what apigw's own log costs). nginx also serves the
 //! saved discovery documents as static files, the floor for `/apis`.
 
 use super::env::{free_port, wait_ready, Env, Proc, SERVICE_NAME};

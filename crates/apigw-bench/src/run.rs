@@ -1,8 +1,9 @@
-//! One benchmark run: start the world, decide which baselines can run, run the selected
-//! scenarios in order, and gather the rows and figures into a [`Report`].
+//! One benchmark run: start the world (the sample server, the `apigw` gateway, the `apigw-log`
+//! gateway when a small GET wants it, the peers), decide which baselines can run, run the
+//! selected scenarios in order, and gather the rows and figures into a [`Report`].
 
 use super::env::{Env, Proc};
-use super::load::Target;
+use super::load::{Proto, Target};
 use super::peers::{self, Peer};
 use super::report::Report;
 use super::stats::{rss_kib, Machine};
@@ -13,6 +14,8 @@ struct World {
     env: Env,
     gateway: Proc,
     apigw: Target,
+    /// The `apigw-log` gateway (access log on), unless `--no-log-target`.
+    log_gateway: Option<(Proc, Target)>,
     direct: Target,
     peers: Vec<Peer>,
     skipped: Vec<String>,
@@ -20,6 +23,7 @@ struct World {
     /// Not allowed to apt-get install (`--no-install` or `--quick`).
     no_install: bool,
     no_peers: bool,
+    no_log_target: bool,
 }
 
 impl World {
@@ -30,9 +34,16 @@ impl World {
         out
     }
 
-    fn h2_targets(&self) -> Vec<Target> {
+    /// direct, apigw, apigw-log, then each peer that is up and speaks `proto`.
+    fn small_get_targets(&self, proto: Proto) -> Vec<Target> {
         let mut out = vec![self.direct.clone(), self.apigw.clone()];
-        out.extend(self.peers.iter().filter(|p| p.h2).map(|p| p.target.clone()));
+        out.extend(self.log_gateway.iter().map(|(_, t)| t.clone()));
+        out.extend(
+            self.peers
+                .iter()
+                .filter(|p| p.h2 || proto == Proto::H1)
+                .map(|p| p.target.clone()),
+        );
         out
     }
 
@@ -46,15 +57,24 @@ impl World {
 
 /// Scenarios measured against nginx and haproxy. small-get-nginx-backend starts its own,
 /// in front of its own backend; the others share the pair started at the beginning of the run.
-const NEEDS_PEERS: [&str; 8] = [
+const NEEDS_PEERS: [&str; 9] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
+    "small-get-h2-c1",
     nginx_backend::NAME,
     "list-10m",
     "post-1m",
     "discovery",
     "handshake",
+];
+
+/// Scenarios of the shared targets that measure `apigw-log` too.
+const SMALL_GETS: [&str; 4] = [
+    "small-get",
+    "small-get-c1",
+    "small-get-h2",
+    "small-get-h2-c1",
 ];
 
 /// What starting the baselines gave: the peers up, and notes on those left out.
@@ -116,18 +136,34 @@ pub async fn run(args: &BenchArgs, s: &Settings, wanted: &[&str]) -> anyhow::Res
     )
     .await?;
     let (gateway, apigw) = env.gateway("apigw", &[env.wardle_apiservice()?]).await?;
+    let log_gateway = if args.no_log_target || !wanted.iter().any(|s| SMALL_GETS.contains(s)) {
+        None
+    } else {
+        let services = [env.wardle_apiservice()?];
+        Some(
+            env.log_gateway_to("apigw-log", &services, env.sample_addr)
+                .await?,
+        )
+    };
     let direct = env.direct()?;
-    let baselines = start_peers(args, &env, wanted).await;
+    let mut baselines = start_peers(args, &env, wanted).await;
+    if args.no_log_target {
+        baselines
+            .skipped
+            .push("apigw-log: left out (--no-log-target)".into());
+    }
     let mut w = World {
         env,
         gateway,
         apigw,
+        log_gateway,
         direct,
         peers: baselines.peers,
         skipped: baselines.skipped,
         errors: baselines.errors,
         no_install: args.no_install || args.quick,
         no_peers: args.no_peers,
+        no_log_target: args.no_log_target,
     };
     let mut rows = Vec::new();
     let mut figures = Vec::new();
@@ -137,6 +173,11 @@ pub async fn run(args: &BenchArgs, s: &Settings, wanted: &[&str]) -> anyhow::Res
     if let Some(status) = w.gateway.exited() {
         w.errors
             .push(format!("the gateway exited during the run ({status})"));
+    }
+    if let Some(status) = w.log_gateway.as_mut().and_then(|(p, _)| p.exited()) {
+        w.errors.push(format!(
+            "the apigw-log gateway exited during the run ({status})"
+        ));
     }
     for peer in &mut w.peers {
         if let Some(status) = peer.proc.exited() {
@@ -157,11 +198,11 @@ async fn one(
     figures: &mut Vec<Figure>,
 ) {
     let all = w.targets();
-    let before = rss_before(&all);
+    let before = rss_before(&w.small_get_targets(Proto::H1));
     let mut new_rows = match scenario {
-        "small-get" => scenarios::small_get(s, &all, scenario, s.concurrency).await,
-        "small-get-c1" => scenarios::small_get(s, &all, scenario, 1).await,
-        "small-get-h2" => scenarios::small_get_h2(s, &w.h2_targets()).await,
+        "small-get" | "small-get-c1" | "small-get-h2" | "small-get-h2-c1" => {
+            small_get(s, w, scenario).await
+        }
         "list-10m" => scenarios::list_10m(s, &all).await,
         "post-1m" => scenarios::post_1m(s, &all).await,
         "handshake" => scenarios::handshakes(s, &all).await,
@@ -169,6 +210,7 @@ async fn one(
             let opts = nginx_backend::Options {
                 may_install: !w.no_install,
                 no_peers: w.no_peers,
+                log_target: !w.no_log_target,
             };
             match nginx_backend::run(s, &w.env, &opts).await {
                 Ok((r, skipped)) => {
@@ -230,13 +272,34 @@ async fn one(
         }
     };
     // A scenario that measured memory just before its own transfer keeps that figure.
+    // By name (apigw-log is not apigw), else by prefix (nginx-static is nginx).
     for row in new_rows.iter_mut().filter(|r| r.rss_before_kib == 0) {
         row.rss_before_kib = before
             .iter()
-            .find(|(name, _)| row.target.starts_with(name.as_str()))
+            .find(|(name, _)| row.target == *name)
+            .or_else(|| {
+                before
+                    .iter()
+                    .find(|(name, _)| row.target.starts_with(name.as_str()))
+            })
             .map_or(0, |(_, kib)| *kib);
     }
     rows.extend(new_rows);
+}
+
+/// One of the small GETs against the shared targets (`apigw-log` among them), by the suffix
+/// of its name.
+async fn small_get(s: &Settings, w: &World, scenario: &str) -> Vec<Row> {
+    let suffix = scenario.strip_prefix("small-get").unwrap_or(scenario);
+    match scenarios::small_get_variants(s)
+        .into_iter()
+        .find(|(v, ..)| *v == suffix)
+    {
+        Some((_, proto, c)) => {
+            scenarios::small_get(s, &w.small_get_targets(proto), scenario, proto, c).await
+        }
+        None => Vec::new(),
+    }
 }
 
 /// Resident memory of each target's processes now.

@@ -1,7 +1,9 @@
 //! The request-rate scenarios of `apigw-bench`, each run against every target side by side:
-//! small GET (HTTP/1.1 at the configured concurrency and at concurrency 1, and HTTP/2), a
+//! small GET (HTTP/1.1 and HTTP/2, each at the configured concurrency and at concurrency 1), a
 //! 10 MiB response, a 1 MiB POST, `/apis` discovery with 1,000 APIServices against nginx
-//! serving the same bytes as a static file, and new TLS connections per second.
+//! serving the same bytes as a static file, and new TLS connections per second. With
+//! `--rounds N` the small GETs, the 10 MiB response and the POST run their targets N times in
+//! rotating order and report the median of each figure.
 
 use super::env::{apiservice, Env};
 use super::load::{self, Job, Measured, Proto, Target};
@@ -33,40 +35,71 @@ impl Settings {
     }
 }
 
-/// Runs `job` against each target in turn, one row each.
-async fn side_by_side(scenario: &str, targets: &[Target], job: &Job) -> Vec<Row> {
-    let mut rows = Vec::with_capacity(targets.len());
-    for target in targets {
-        eprintln!("apigw-bench: {scenario} via {}", target.name);
-        let measured = load::run(target, job).await;
-        rows.push(Row::new(scenario, &target.name, job, measured));
+/// Runs `job` against each target in turn, `rounds` times, round `r` starting at target
+/// `r mod len`; one row per target, in the order of `targets`, the median of its rounds.
+async fn side_by_side(scenario: &str, targets: &[Target], job: &Job, rounds: usize) -> Vec<Row> {
+    let rounds = rounds.max(1);
+    let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
+    for round in 0..rounds {
+        for i in round_order(round, targets.len()) {
+            let name = &targets[i].name;
+            match rounds {
+                1 => eprintln!("apigw-bench: {scenario} via {name}"),
+                _ => eprintln!("apigw-bench: {scenario} via {name} (round {})", round + 1),
+            }
+            runs[i].push(load::run(&targets[i], job).await);
+        }
     }
-    rows
+    targets
+        .iter()
+        .zip(runs)
+        .map(|(target, runs)| {
+            let mut row = Row::new(scenario, &target.name, job, load::median(&runs));
+            if runs.len() > 1 {
+                row.rounds_rps = runs.iter().map(|m| m.rps).collect();
+            }
+            row
+        })
+        .collect()
 }
 
-/// Small GET (1 KiB JSON) over HTTP/1.1 at `concurrency`.
-pub async fn small_get(s: &Settings, targets: &[Target], name: &str, c: usize) -> Vec<Row> {
-    let path = format!("{PAYLOAD}?bytes=1024");
-    side_by_side(name, targets, &s.job(Method::GET, &path, Proto::H1, c)).await
+/// The target indexes of round `round` (from 0) of `len` targets: starting at `round mod len`.
+fn round_order(round: usize, len: usize) -> impl Iterator<Item = usize> {
+    (0..len).map(move |k| (round + k) % len)
 }
 
-/// Small GET over HTTP/2 at the front door (and to the backend, for `direct`).
-pub async fn small_get_h2(s: &Settings, targets: &[Target]) -> Vec<Row> {
+/// The small-GET variants by the suffix of their scenario name: protocol and concurrency
+/// (`-c1`: one request in flight over one connection).
+pub fn small_get_variants(s: &Settings) -> [(&'static str, Proto, usize); 4] {
+    let c = s.concurrency;
+    [
+        ("", Proto::H1, c),
+        ("-c1", Proto::H1, 1),
+        ("-h2", Proto::H2, c),
+        ("-h2-c1", Proto::H2, 1),
+    ]
+}
+
+/// Small GET (1 KiB JSON) over `proto` at concurrency `c` (HTTP/2 to the backend too, for
+/// `direct`).
+pub async fn small_get(
+    s: &Settings,
+    targets: &[Target],
+    name: &str,
+    proto: Proto,
+    c: usize,
+) -> Vec<Row> {
     let path = format!("{PAYLOAD}?bytes=1024");
-    let job = s.job(Method::GET, &path, Proto::H2, s.concurrency);
-    side_by_side("small-get-h2", targets, &job).await
+    let job = s.job(Method::GET, &path, proto, c);
+    side_by_side(name, targets, &job, s.rounds).await
 }
 
 /// A 10 MiB response: throughput, and how much the gateway's memory grows while relaying it.
 pub async fn list_10m(s: &Settings, targets: &[Target]) -> Vec<Row> {
     let path = format!("{PAYLOAD}?bytes={}", 10 << 20);
     let c = s.concurrency.clamp(1, 4);
-    side_by_side(
-        "list-10m",
-        targets,
-        &s.job(Method::GET, &path, Proto::H1, c),
-    )
-    .await
+    let job = s.job(Method::GET, &path, Proto::H1, c);
+    side_by_side("list-10m", targets, &job, s.rounds).await
 }
 
 /// A POST of a 1 MiB body.
@@ -78,7 +111,7 @@ pub async fn post_1m(s: &Settings, targets: &[Target]) -> Vec<Row> {
         *last = b'"';
     }
     job.body = Bytes::from(body);
-    side_by_side("post-1m", targets, &job).await
+    side_by_side("post-1m", targets, &job, s.rounds).await
 }
 
 /// The APIServices of the discovery scenario: `n` versions spread over `groups` groups.
@@ -123,12 +156,13 @@ pub async fn discovery(
         let path = dir.join(STATIC_DIR).join(file);
         std::fs::create_dir_all(dir.join(STATIC_DIR))?;
         std::fs::write(&path, &doc)?;
-        rows.extend(side_by_side(&scenario, std::slice::from_ref(apigw), &job).await);
+        rows.extend(side_by_side(&scenario, std::slice::from_ref(apigw), &job, 1).await);
         if let Some(nginx) = nginx {
             let mut job = job.clone();
             job.path = format!("/{STATIC_DIR}/{file}");
             job.accept = None;
-            let mut static_rows = side_by_side(&scenario, std::slice::from_ref(nginx), &job).await;
+            let mut static_rows =
+                side_by_side(&scenario, std::slice::from_ref(nginx), &job, 1).await;
             for row in &mut static_rows {
                 row.target = "nginx-static".into();
             }
@@ -236,4 +270,19 @@ async fn one_handshake(target: &Target, job: &Job) -> Result<bool, load::SendErr
     drop(sender);
     let _ = conn.await;
     result.map(|_| resumed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn each_round_starts_at_the_next_target() {
+        let order = |r| round_order(r, 3).collect::<Vec<_>>();
+        assert_eq!(order(0), [0, 1, 2]);
+        assert_eq!(order(1), [1, 2, 0]);
+        assert_eq!(order(2), [2, 0, 1]);
+        assert_eq!(order(3), [0, 1, 2]);
+        assert_eq!(round_order(5, 0).count(), 0);
+    }
 }

@@ -1,5 +1,6 @@
 //! `apigw-bench --quick`: the harness runs every scenario that needs no nginx or haproxy against
-//! the gateway and the sample server, exits 0, and its JSON report counts no errors.
+//! the gateway (access log off and on: `apigw` and `apigw-log`) and the sample server, exits 0,
+//! and its JSON report counts no errors.
 //! `small-get-nginx-backend` is not among them: its backend is nginx, and a run that selects it
 //! fails when nginx is missing.
 
@@ -22,7 +23,7 @@ fn quick_bench_runs_without_errors() {
         .args(["--quick", "--no-install", "--no-peers", "--concurrency", "8"])
         .args([
             "--scenarios",
-            "small-get,small-get-c1,small-get-h2,list-10m,big-list,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
+            "small-get,small-get-c1,small-get-h2,small-get-h2-c1,list-10m,big-list,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
         ])
         .arg("--json")
         .arg(&json)
@@ -52,6 +53,35 @@ fn quick_bench_runs_without_errors() {
     );
     let figures = report["figures"].as_array().expect("figures");
     assert!(figures.iter().any(|f| f["scenario"] == "watches"));
+    // The access log on, in each small GET, and its cost against the lean gateway.
+    for scenario in [
+        "small-get",
+        "small-get-c1",
+        "small-get-h2",
+        "small-get-h2-c1",
+    ] {
+        assert!(
+            rows.iter().any(|r| r["scenario"] == scenario
+                && r["target"] == "apigw-log"
+                && r["requests"].as_u64() > Some(0)),
+            "no apigw-log row in {scenario}: {stdout}"
+        );
+        assert!(
+            figures
+                .iter()
+                .any(|f| f["scenario"] == scenario && f["name"] == "access log cost"),
+            "no access log cost in {scenario}: {stdout}"
+        );
+    }
+    assert!(
+        report["ratios"]
+            .as_array()
+            .expect("ratios")
+            .iter()
+            .any(|r| r["apigw"] == "apigw-log" && r["baseline"] == "direct"),
+        "{stdout}"
+    );
+    assert!(rows.iter().all(|r| r.get("rounds_rps").is_none()));
     // The big list in quick mode: 32 MiB, read whole through the gateway and directly.
     for target in ["direct", "apigw"] {
         let row = rows
