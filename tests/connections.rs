@@ -126,7 +126,8 @@ fn get(s: &support::Single, path: &str) -> Request<http_body_util::Full<Bytes>> 
 }
 
 /// A connection that completes the handshake and then sends nothing, or only part of the
-/// HTTP/2 preface, is closed after the head deadline, whatever ALPN chose.
+/// HTTP/2 preface, is closed after the head deadline, whatever ALPN chose; so is a kept-alive
+/// HTTP/1.1 connection once its next head has begun, but not before.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_that_sends_nothing_is_closed() {
     let s = setup(|cfg| cfg.server.header_read_timeout = Duration::from_secs(1)).await;
@@ -146,8 +147,8 @@ async fn a_connection_that_sends_nothing_is_closed() {
             String::from_utf8_lossy(alpn)
         );
     }
-    // Between HTTP/1.1 requests, the head deadline ends a kept-alive connection too (the idle
-    // timeout is left at its default).
+    // Between HTTP/1.1 requests a kept-alive connection waits the idle timeout (left at its
+    // default), as Go's server does: the head deadline starts with the next head's first byte.
     let mut stream = connect(&s, b"http/1.1", Some("alice")).await.unwrap();
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -155,10 +156,28 @@ async fn a_connection_that_sends_nothing_is_closed() {
         .unwrap();
     let mut out = Vec::new();
     assert!(
-        closed(&mut stream, CLOSED_WITHIN, &mut out).await,
-        "a kept-alive HTTP/1.1 connection stayed open"
+        !closed(&mut stream, Duration::from_secs(3), &mut out).await,
+        "a kept-alive HTTP/1.1 connection was closed at the head deadline: {}",
+        String::from_utf8_lossy(&out)
     );
     assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+    // Part of the next head: now the head deadline runs, and ends it.
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    stream.flush().await.unwrap();
+    let begun = std::time::Instant::now();
+    let mut rest = Vec::new();
+    assert!(
+        closed(&mut stream, CLOSED_WITHIN, &mut rest).await,
+        "a connection with part of its second head stayed open"
+    );
+    assert!(
+        begun.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        begun.elapsed()
+    );
     // The gateway still serves new connections.
     let health = s.w.client(Some("alice")).get(s.gw.addr, "/healthz").await;
     assert_eq!(health.status, 200);

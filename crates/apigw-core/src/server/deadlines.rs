@@ -2,16 +2,21 @@
 //!
 //! A connection is *busy* while a request on it is being answered (from its head until its
 //! response body is done or dropped: an open watch keeps it busy) and *quiet* otherwise. A quiet
-//! connection has a deadline, counted from the moment it became quiet:
+//! connection has a deadline:
 //!
 //! - before it has started (no request yet; for HTTP/2 not yet the client preface and its
-//!   SETTINGS frame): the head deadline, as Go's `ReadHeaderTimeout` runs from the start of a
-//!   new connection, so nothing at all and part of a head end alike;
-//! - after that: the idle timeout, as Go's `IdleTimeout` (an HTTP/2 connection without open
-//!   streams, an HTTP/1.1 connection between requests).
+//!   SETTINGS frame): the head deadline from the connection's start, as Go's `ReadHeaderTimeout`
+//!   runs from the start of a new connection, so nothing at all and part of a head end alike;
+//! - an HTTP/1.1 connection whose next request head has begun: the head deadline from its first
+//!   byte, as Go's server starts `ReadHeaderTimeout` only once the next request's bytes arrive;
+//! - otherwise: the idle timeout from when it became quiet, as Go's `IdleTimeout` (an HTTP/2
+//!   connection without open streams, an HTTP/1.1 connection between requests).
 //!
-//! [`Activity`] tracks the state; [`Watched`] is the connection's I/O, which notices the HTTP/2
-//! preface; [`Activity::quiet_for`] resolves when the deadline passes.
+//! [`Activity`] keeps the state in atomics that requests and reads update without waking
+//! anyone; [`Watched`] is the connection's I/O, which notices the HTTP/2 preface and the first
+//! bytes of each later HTTP/1.1 head; [`Activity::quiet_for`] looks at the state on a timer,
+//! never more than the shorter deadline apart, and resolves when a deadline has passed. A
+//! request therefore costs no wake-up and no timer of its own here.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What a connection is doing, shared by its I/O, its requests and its watchdog.
@@ -33,10 +37,11 @@ pub(crate) struct Activity {
     busy: AtomicUsize,
     /// Nanoseconds after `base` when the connection last became quiet.
     quiet_since: AtomicU64,
+    /// 1 + nanoseconds after `base` when the first byte of the next HTTP/1.1 request head
+    /// arrived on the quiet connection; 0 while none has.
+    head_since: AtomicU64,
     /// A request has arrived, or (HTTP/2) the preface and SETTINGS.
     started: AtomicBool,
-    /// Woken on every change the watchdog cares about.
-    changed: Notify,
 }
 
 impl Activity {
@@ -45,21 +50,20 @@ impl Activity {
             base: Instant::now(),
             busy: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
+            head_since: AtomicU64::new(0),
             started: AtomicBool::new(false),
-            changed: Notify::new(),
         })
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
     /// A request has arrived; the connection is busy until the returned guard drops.
     pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.started.store(true, Ordering::Release);
-        if self.busy.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.changed.notify_one();
-        }
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        self.head_since.store(0, Ordering::Release);
         Busy(self.clone())
     }
 
@@ -67,34 +71,61 @@ impl Activity {
     fn start(&self) {
         self.quiet_since.store(self.now(), Ordering::Release);
         self.started.store(true, Ordering::Release);
-        self.changed.notify_one();
     }
 
-    /// Resolves once the connection has been quiet past its deadline: `opening` before it
-    /// started, `idle` after, counted from when it became quiet or from `from`, the later.
+    /// Bytes arrived on a started HTTP/1.1 connection: on a quiet one they begin the next
+    /// request head, whose deadline runs from the first of them.
+    fn head_bytes(&self) {
+        if self.busy.load(Ordering::Acquire) == 0
+            && self.head_since.load(Ordering::Acquire) == 0
+            && self.started.load(Ordering::Acquire)
+        {
+            self.head_since.store(self.now() + 1, Ordering::Release);
+        }
+    }
+
+    /// When the quiet connection's deadline passes (`opening` for a head, `idle` after a
+    /// started connection became quiet), counted from `from` if that is later; None while busy.
+    fn deadline(
+        &self,
+        opening: Duration,
+        idle: Duration,
+        from: Option<Instant>,
+    ) -> Option<Instant> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let head = self.head_since.load(Ordering::Acquire);
+        let (since, limit) = if head > 0 {
+            (head - 1, opening)
+        } else if self.started.load(Ordering::Acquire) {
+            (self.quiet_since.load(Ordering::Acquire), idle)
+        } else {
+            (self.quiet_since.load(Ordering::Acquire), opening)
+        };
+        let quiet = self.base + Duration::from_nanos(since);
+        Some(from.map_or(quiet, |from| quiet.max(from)) + limit)
+    }
+
+    /// Resolves once the connection has been quiet past its deadline (see [`Self::deadline`]).
+    ///
+    /// Nothing wakes it when the state changes. It looks again at least every
+    /// `min(opening, idle)`: a deadline is never shorter than that, and any change since the
+    /// last look (the connection became quiet, a head began) happened after it, so the next
+    /// look comes before the new deadline and sleeps until exactly that deadline.
     pub(crate) async fn quiet_for(&self, opening: Duration, idle: Duration, from: Option<Instant>) {
+        let step = opening.min(idle);
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(sleep);
         loop {
-            // Any change after this point wakes `changed` (its permit is kept for a later
-            // wait), so nothing is missed between reading the state and waiting.
-            if self.busy.load(Ordering::Acquire) > 0 {
-                self.changed.notified().await;
-                continue;
-            }
-            let limit = if self.started.load(Ordering::Acquire) {
-                idle
-            } else {
-                opening
+            let now = Instant::now();
+            let wake = match self.deadline(opening, idle, from) {
+                Some(deadline) if now >= deadline => return,
+                Some(deadline) => deadline.min(now + step),
+                None => now + step,
             };
-            let since = Duration::from_nanos(self.quiet_since.load(Ordering::Acquire));
-            let quiet = self.base + since;
-            let deadline = from.map_or(quiet, |from| quiet.max(from)) + limit;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => {}
-                () = self.changed.notified() => {}
-            }
+            sleep.as_mut().reset(wake);
+            sleep.as_mut().await;
         }
     }
 }
@@ -107,9 +138,7 @@ impl Drop for Busy {
         let a = &self.0;
         // Stamp the time first, so the watchdog that sees 0 reads a fresh one.
         a.quiet_since.store(a.now(), Ordering::Release);
-        if a.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
-            a.changed.notify_one();
-        }
+        a.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -150,13 +179,15 @@ const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Preface, a frame header, and a SETTINGS payload of at most the default frame size.
 const SNIFF_MAX: usize = 24 + 9 + 16_384;
 
-/// A connection's I/O that notices when an HTTP/2 client has sent its preface and SETTINGS;
-/// after the first bytes it only passes reads and writes through.
+/// A connection's I/O that notices when an HTTP/2 client has sent its preface and SETTINGS,
+/// and on HTTP/1.1 when the bytes of a request head arrive on a quiet connection.
 pub(crate) struct Watched<T> {
     inner: T,
     activity: Arc<Activity>,
     /// The first bytes read, while they may still be an HTTP/2 preface.
     sniff: Option<Vec<u8>>,
+    /// The first bytes were not an HTTP/2 preface.
+    h1: bool,
 }
 
 impl<T> Watched<T> {
@@ -165,6 +196,7 @@ impl<T> Watched<T> {
             inner,
             activity,
             sniff: Some(Vec::new()),
+            h1: false,
         }
     }
 
@@ -176,6 +208,7 @@ impl<T> Watched<T> {
         if seen[..n] != PREFACE[..n] {
             // HTTP/1.1: its first request head starts it.
             self.sniff = None;
+            self.h1 = true;
             return;
         }
         if seen.len() < 33 {
@@ -201,13 +234,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if this.sniff.is_some() && matches!(polled, Poll::Ready(Ok(()))) {
-            let new = buf.filled()[before..].to_vec();
-            if new.is_empty() {
-                this.sniff = None;
-            } else {
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            if this.h1 {
+                this.activity.head_bytes();
+            } else if this.sniff.is_some() {
+                let new = buf.filled()[before..].to_vec();
                 this.sniff(&new);
             }
+        } else if matches!(polled, Poll::Ready(Ok(()))) {
+            // End of stream before anything told the protocol apart.
+            this.sniff = None;
         }
         polled
     }
@@ -310,6 +346,47 @@ mod tests {
         let unlimited = PerClient::new(0);
         let all: Vec<_> = (0..100).filter_map(|_| unlimited.admit(a)).collect();
         assert_eq!(all.len(), 100);
+    }
+
+    /// Go's order of deadlines: the head deadline from the start until a request, the idle
+    /// timeout once quiet after it, and the head deadline again from the first byte of the
+    /// next head; bytes before the first request or during one change nothing.
+    #[test]
+    fn deadlines_follow_the_connection_state() {
+        let (opening, idle) = (Duration::from_secs(10), Duration::from_secs(90));
+        let a = Activity::new();
+        let at = |a: &Activity| a.deadline(opening, idle, None);
+        assert_eq!(at(&a), Some(a.base + opening), "not started");
+        a.head_bytes();
+        assert_eq!(
+            at(&a),
+            Some(a.base + opening),
+            "the first head runs from the start"
+        );
+        let busy = a.begin();
+        assert_eq!(at(&a), None, "busy");
+        a.head_bytes();
+        let quiet = Instant::now();
+        drop(busy);
+        let idle_at = at(&a).expect("quiet");
+        assert!(idle_at >= quiet + idle && idle_at <= Instant::now() + idle);
+        let head = Instant::now();
+        a.head_bytes();
+        let head_at = at(&a).expect("quiet");
+        assert!(head_at >= head + opening && head_at <= Instant::now() + opening);
+        a.head_bytes();
+        assert_eq!(at(&a), Some(head_at), "from the head's first byte");
+        let closing = Instant::now() + Duration::from_secs(500);
+        assert_eq!(
+            a.deadline(opening, idle, Some(closing)),
+            Some(closing + opening),
+            "never before `from`"
+        );
+        drop(a.begin());
+        assert!(
+            at(&a).expect("quiet") > head_at,
+            "the head arrived: idle again"
+        );
     }
 
     #[test]

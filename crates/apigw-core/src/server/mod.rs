@@ -31,10 +31,10 @@ use tokio_rustls::TlsAcceptor;
 /// How long a client may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a new connection may take to send its first request head (HTTP/2: the preface and
-/// SETTINGS), and any connection a request head once it began (default of
-/// [`Limits::header_read_timeout`]). One deadline for nothing yet and part of a head: from the
-/// server's side both are a head that has not arrived, as Go's `ReadHeaderTimeout` (32 s in
-/// kube-apiserver) runs from the start of a new connection.
+/// SETTINGS), and a kept-alive HTTP/1.1 connection its next head from that head's first byte
+/// (default of [`Limits::header_read_timeout`]). One deadline for nothing yet and part of a
+/// head on a new connection: from the server's side both are a head that has not arrived, as
+/// Go's `ReadHeaderTimeout` (32 s in kube-apiserver) runs from the start of a new connection.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection answering nothing stays open (HTTP/1.1 between requests, HTTP/2 with
 /// no open stream): kube-apiserver's `IdleTimeout` and HTTP/2 `IdleTimeout`, 90 s, which is also
@@ -122,11 +122,13 @@ pub async fn serve<M, H, Fut>(
         .max_header_list_size(1 << 20)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(20));
-    // HTTP/1.1: a client must send its whole head promptly (slowloris).
+    // HTTP/1.1: a client must send its whole head promptly (slowloris). [`deadlines`] times
+    // heads as Go does, from a head's first byte, so a kept-alive connection waits for its next
+    // request the idle timeout; hyper's own header timer would start at the end of each
+    // response, and arm a timer for every request.
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(None)
         .max_buf_size(1 << 20);
     let builder = Arc::new(builder);
     let workers = match limits.workers {
