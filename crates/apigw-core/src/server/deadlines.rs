@@ -114,7 +114,8 @@ impl Activity {
     /// last look (the connection became quiet, a head began) happened after it, so the next
     /// look comes before the new deadline and sleeps until exactly that deadline.
     pub(crate) async fn quiet_for(&self, opening: Duration, idle: Duration, from: Option<Instant>) {
-        let step = opening.min(idle);
+        // A zero limit must not turn the wait for a busy connection into a spin.
+        let step = opening.min(idle).max(Duration::from_millis(1));
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
         loop {
