@@ -185,33 +185,23 @@ impl LineTime for Clock {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.` of `secs` since the epoch (before year 10000).
+/// `YYYY-MM-DDTHH:MM:SS.` of `secs` since the epoch (before year 10000; the epoch's own for
+/// anything `time` cannot represent).
 fn second(secs: u64) -> [u8; 20] {
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil(days);
-    let mut out = *b"0000-00-00T00:00:00.";
-    digits(&mut out[0..4], year);
-    digits(&mut out[5..7], month);
-    digits(&mut out[8..10], day);
-    digits(&mut out[11..13], rest / 3600);
-    digits(&mut out[14..16], rest % 3600 / 60);
-    digits(&mut out[17..19], rest % 60);
+    let mut out = *b"1970-01-01T00:00:00.";
+    let Some(t) = i64::try_from(secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+    else {
+        return out;
+    };
+    digits(&mut out[0..4], u64::try_from(t.year()).unwrap_or(0));
+    digits(&mut out[5..7], u8::from(t.month()).into());
+    digits(&mut out[8..10], t.day().into());
+    digits(&mut out[11..13], t.hour().into());
+    digits(&mut out[14..16], t.minute().into());
+    digits(&mut out[17..19], t.second().into());
     out
-}
-
-/// The proleptic Gregorian (year, month, day) of `days` since 1970-01-01.
-fn civil(days: u64) -> (u64, u64, u64) {
-    // Counted from 0000-03-01, so that a leap day ends its year; eras of 400 years.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Writes `n` into `out` as decimal digits, zero-padded on the left (the leading digits
