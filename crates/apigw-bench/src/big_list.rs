@@ -7,7 +7,7 @@
 
 use super::load::{self, Job, Measured, Proto, Sender, Target};
 use super::scenarios::PAYLOAD;
-use super::stats::{rss_kib, OpenSampler, Usage};
+use super::stats::{OpenSampler, Usage};
 use super::{Figure, Row, Settings};
 use bytes::Bytes;
 use http::Method;
@@ -203,7 +203,7 @@ async fn transfer(target: &Target, size: u64) -> Transfer {
         t.error = Some(format!("warm-up request: {e}"));
         return t;
     }
-    t.rss_before_kib = target.pids.iter().filter_map(|&p| rss_kib(p)).sum();
+    t.rss_before_kib = target.rss_kib();
     let sampler = OpenSampler::start(target.pids.clone(), SAMPLE_EVERY);
     let began = Instant::now();
     // Generous: a debug build on a busy machine still moves several MiB/s.

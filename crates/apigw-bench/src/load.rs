@@ -40,6 +40,16 @@ pub struct Target {
     pub pids: Vec<u32>,
 }
 
+impl Target {
+    /// Resident memory of the target's processes now (KiB).
+    pub fn rss_kib(&self) -> u64 {
+        self.pids
+            .iter()
+            .filter_map(|&p| super::stats::rss_kib(p))
+            .sum()
+    }
+}
+
 /// The protocol spoken to the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Proto {

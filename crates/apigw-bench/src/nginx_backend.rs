@@ -19,7 +19,7 @@ use super::env::{wait_ready, Env, Proc, SERVICE_NAME};
 use super::load::{Proto, Target};
 use super::peers::{self, is_root, nginx_version, Peer};
 use super::scenarios::{self, PAYLOAD};
-use super::stats::{children, rss_kib};
+use super::stats::children;
 use super::{Row, Settings};
 use anyhow::Context as _;
 use http::Method;
@@ -120,13 +120,10 @@ pub async fn run(
         targets.extend(
             running
                 .iter()
-                .filter(|p| p.h2 || proto == Proto::H1)
+                .filter(|p| p.speaks(proto))
                 .map(|p| p.target.clone()),
         );
-        let before: Vec<u64> = targets
-            .iter()
-            .map(|t| t.pids.iter().filter_map(|&p| rss_kib(p)).sum())
-            .collect();
+        let before: Vec<u64> = targets.iter().map(Target::rss_kib).collect();
         let name = format!("{NAME}{suffix}");
         let mut new_rows = scenarios::small_get(s, &targets, &name, proto, c).await;
         for (row, kib) in new_rows.iter_mut().zip(before) {

@@ -8,7 +8,7 @@
 //! saved discovery documents as static files, the floor for `/apis`.
 
 use super::env::{free_port, wait_ready, Env, Proc, SERVICE_NAME};
-use super::load::Target;
+use super::load::{Proto, Target};
 use super::stats;
 use anyhow::Context as _;
 use std::net::SocketAddr;
@@ -24,6 +24,13 @@ pub struct Peer {
     pub target: Target,
     /// nginx `http2 on` / `listen ... http2`, haproxy `alpn h2`.
     pub h2: bool,
+}
+
+impl Peer {
+    /// Whether clients can reach the peer over `proto` (every peer speaks HTTP/1.1).
+    pub fn speaks(&self, proto: Proto) -> bool {
+        self.h2 || proto == Proto::H1
+    }
 }
 
 /// True when `program` is on the PATH.

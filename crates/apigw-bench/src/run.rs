@@ -6,7 +6,7 @@ use super::env::{Env, Proc};
 use super::load::{Proto, Target};
 use super::peers::{self, Peer};
 use super::report::Report;
-use super::stats::{rss_kib, Machine};
+use super::stats::Machine;
 use super::{big_list, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings};
 
 /// The targets of one run and what was left out.
@@ -41,7 +41,7 @@ impl World {
         out.extend(
             self.peers
                 .iter()
-                .filter(|p| p.h2 || proto == Proto::H1)
+                .filter(|p| p.speaks(proto))
                 .map(|p| p.target.clone()),
         );
         out
@@ -200,9 +200,7 @@ async fn one(
     let all = w.targets();
     let before = rss_before(&w.small_get_targets(Proto::H1));
     let mut new_rows = match scenario {
-        "small-get" | "small-get-c1" | "small-get-h2" | "small-get-h2-c1" => {
-            small_get(s, w, scenario).await
-        }
+        small if SMALL_GETS.contains(&small) => small_get(s, w, scenario).await,
         "list-10m" => scenarios::list_10m(s, &all).await,
         "post-1m" => scenarios::post_1m(s, &all).await,
         "handshake" => scenarios::handshakes(s, &all).await,
@@ -306,12 +304,7 @@ async fn small_get(s: &Settings, w: &World, scenario: &str) -> Vec<Row> {
 fn rss_before(targets: &[Target]) -> Vec<(String, u64)> {
     targets
         .iter()
-        .map(|t| {
-            (
-                t.name.clone(),
-                t.pids.iter().filter_map(|&p| rss_kib(p)).sum(),
-            )
-        })
+        .map(|t| (t.name.clone(), t.rss_kib()))
         .collect()
 }
 
