@@ -14,6 +14,7 @@
 use crate::audit::{Auditor, Outcome};
 use crate::authn::Identity;
 use crate::metrics::Metrics;
+use crate::proxy::{decimal, dotted};
 use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
 use bytes::Bytes;
@@ -175,25 +176,12 @@ impl std::fmt::Display for Remote {
         };
         // "255.255.255.255:65535"
         let mut buf = [0u8; 21];
-        let mut at = 0;
-        for (i, octet) in v4.ip().octets().into_iter().enumerate() {
-            at += decimal(&mut buf[at..], octet.into());
-            buf[at] = if i < 3 { b'.' } else { b':' };
-            at += 1;
-        }
+        let mut at = dotted(&mut buf, *v4.ip());
+        buf[at] = b':';
+        at += 1;
         at += decimal(&mut buf[at..], v4.port());
         f.write_str(std::str::from_utf8(&buf[..at]).map_err(|_| std::fmt::Error)?)
     }
-}
-
-/// Writes `n` at the start of `out` in decimal; returns the digits written.
-fn decimal(out: &mut [u8], mut n: u16) -> usize {
-    let width = n.checked_ilog10().map_or(1, |d| d as usize + 1);
-    for d in out[..width].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    width
 }
 
 /// Milliseconds to the microsecond, as the access line prints them: `2.666`, never the float

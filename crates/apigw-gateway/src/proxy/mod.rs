@@ -15,6 +15,7 @@ mod pool;
 
 pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use forward::ForwardError;
+pub(crate) use headers::{decimal, dotted};
 pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
 pub use pool::STREAMS_PER_CONN;
 
