@@ -156,7 +156,7 @@ impl Clock {
                 if *at != now.as_secs() {
                     *at = now.as_secs();
                     text.clear();
-                    push_ascii(text, &second(*at));
+                    text.push_str(&second(*at));
                 }
                 text.truncate(20);
                 let micros = now.subsec_micros() as usize;
@@ -186,31 +186,23 @@ impl LineTime for Clock {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.` of `secs` since the epoch (before year 10000; the epoch's own for
-/// anything `time` cannot represent).
-fn second(secs: u64) -> [u8; 20] {
-    let mut out = *b"1970-01-01T00:00:00.";
+/// anything `time` cannot represent). Once a second per thread, so `format!` is cheap enough.
+fn second(secs: u64) -> String {
     let Some(t) = i64::try_from(secs)
         .ok()
         .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
     else {
-        return out;
+        return "1970-01-01T00:00:00.".into();
     };
-    digits(&mut out[0..4], u64::try_from(t.year()).unwrap_or(0));
-    digits(&mut out[5..7], u8::from(t.month()).into());
-    digits(&mut out[8..10], t.day().into());
-    digits(&mut out[11..13], t.hour().into());
-    digits(&mut out[14..16], t.minute().into());
-    digits(&mut out[17..19], t.second().into());
-    out
-}
-
-/// Writes `n` into `out` as decimal digits, zero-padded on the left (the leading digits
-/// dropped when it does not fit).
-fn digits(out: &mut [u8], mut n: u64) {
-    for d in out.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
 }
 
 /// `000` to `999`, three bytes each: numbers print a group of three digits at a time.
@@ -262,13 +254,6 @@ fn push_decimal(line: &mut String, n: u64) {
 /// Appends `n` (below 1000) as three digits.
 fn push_triple(line: &mut String, n: usize) {
     line.push_str(&TRIPLES[3 * n..3 * n + 3]);
-}
-
-/// Appends ASCII `bytes`.
-fn push_ascii(line: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        line.push(char::from(b));
-    }
 }
 
 /// Appends `v` as `{:?}` prints it, when it is a non-negative multiple of 0.001 below 10^9
@@ -488,7 +473,7 @@ mod tests {
             (4_107_542_400, "2100-03-01T00:00:00."),
             (YEAR_10000 - 1, "9999-12-31T23:59:59."),
         ] {
-            assert_eq!(std::str::from_utf8(&second(secs)).unwrap(), text);
+            assert_eq!(second(secs), text);
         }
         let mut t = datetime!(1970-01-01 0:00 UTC);
         while t.year() < 2500 {
@@ -502,7 +487,7 @@ mod tests {
                 t.minute(),
                 t.second()
             );
-            assert_eq!(std::str::from_utf8(&second(secs)).unwrap(), want);
+            assert_eq!(second(secs), want);
             t += time::Duration::seconds(86_400 * 3 + 3_607);
         }
         // Against tracing-subscriber's own, within one second.
