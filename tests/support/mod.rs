@@ -7,6 +7,7 @@ pub mod goaddon;
 pub mod kube_api;
 pub mod oidc;
 pub mod sample;
+pub mod upstream;
 
 use apigw::body::{full, Body};
 use apigw::config::Config;

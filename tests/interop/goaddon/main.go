@@ -297,7 +297,9 @@ func (s *server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 func (s *server) route(w *recorder, r *http.Request, id *identity) {
 	p := r.URL.Path
 	switch {
-	case p == "/echo" || strings.HasPrefix(p, "/echo/"):
+	// Also under the group version, where front proxies that forward only /apis/<group>/<version>
+	// (kube-aggregator) reach it.
+	case p == "/echo" || strings.HasPrefix(p, "/echo/") || p == apiPrefix+"/echo":
 		s.serveEcho(w, r, id)
 	case p == "/version":
 		if !readOnly(w, r) {

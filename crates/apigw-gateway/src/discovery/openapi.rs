@@ -36,6 +36,9 @@ pub struct OpenApi {
     v2: ArcSwap<Doc>,
     v3: ArcSwap<Doc>,
     fetched: Mutex<HashMap<String, Fetched>>,
+    /// The registry generation and availability round the last merge read; readiness waits
+    /// for a merge of a loaded registry after a finished availability round.
+    merged: tokio::sync::watch::Sender<(u64, u64)>,
 }
 
 impl Default for OpenApi {
@@ -45,6 +48,7 @@ impl Default for OpenApi {
             v2: ArcSwap::from_pointee(Doc::new(&merge_v2(std::iter::empty()), JSON)),
             v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty(), None), JSON)),
             fetched: Mutex::default(),
+            merged: tokio::sync::watch::Sender::new((0, 0)),
         }
     }
 }
@@ -62,6 +66,11 @@ impl OpenApi {
         self.v3.load_full()
     }
 
+    /// (registry generation, availability round) of the last merge.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<(u64, u64)> {
+        self.merged.subscribe()
+    }
+
     /// Keeps the documents fresh until the registry is dropped.
     pub fn spawn(
         self: &Arc<Self>,
@@ -73,12 +82,14 @@ impl OpenApi {
         tokio::spawn(async move {
             let (mut reg, mut avail) = (registry.subscribe(), availability.subscribe());
             loop {
+                let read = (*reg.borrow_and_update(), *avail.borrow_and_update());
                 this.refresh(
                     &registry.snapshot().iter().cloned().collect::<Vec<_>>(),
                     &proxy,
                     &availability,
                 )
                 .await;
+                this.merged.send_replace(read);
                 tokio::select! {
                     r = reg.changed() => if r.is_err() { return },
                     a = avail.changed() => if a.is_err() { return },

@@ -1,7 +1,7 @@
 //! `/livez`, `/readyz` and `/healthz` as kube-apiserver serves them: named checks, each also at
 //! `/<endpoint>/<check>`, `?verbose` listing (`[+]ping ok`), `?exclude=<check>`, and on failure
-//! a 500 with the list of what failed. Readiness waits for the first valid registry and the
-//! first availability round, and fails while shutting down.
+//! a 500 with the list of what failed. Readiness waits for the first valid registry, the
+//! first availability round and the first OpenAPI merge, and fails while shutting down.
 
 use apigw_core::body::{full, Body};
 use http::{header, HeaderValue, Response, StatusCode};
@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Health {
     pub registry_loaded: AtomicBool,
     pub availability_synced: AtomicBool,
+    pub openapi_merged: AtomicBool,
     pub shutting_down: AtomicBool,
 }
 
@@ -20,6 +21,7 @@ const READYZ: &[&str] = &[
     "ping",
     "apiservice-registry-loaded",
     "apiservice-status-available-controller",
+    "apiservice-openapi-controller",
     "shutdown",
 ];
 const HEALTHZ: &[&str] = &[
@@ -35,6 +37,7 @@ impl Health {
             "apiservice-status-available-controller" => {
                 self.availability_synced.load(Ordering::Acquire)
             }
+            "apiservice-openapi-controller" => self.openapi_merged.load(Ordering::Acquire),
             "shutdown" => !self.shutting_down.load(Ordering::Acquire),
             _ => true,
         }

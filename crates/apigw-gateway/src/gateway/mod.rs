@@ -457,6 +457,14 @@ fn spawn_latches(gateway: &Arc<Gateway>) {
         if rounds.wait_for(|round| *round > 0).await.is_ok() {
             g.health.availability_synced.store(true, Ordering::Release);
         }
+        // Served OpenAPI is empty until the first merge of the delegate's and backends' specs:
+        // a client that read it then would find no schema (kubectl's validation falls back to
+        // /openapi/v2 and fails).
+        let mut merged = g.openapi.subscribe();
+        let after_both = |(generation, round): &(u64, u64)| *generation > 0 && *round > 0;
+        if merged.wait_for(after_both).await.is_ok() {
+            g.health.openapi_merged.store(true, Ordering::Release);
+        }
     });
     let g = gateway.clone();
     tokio::spawn(async move {

@@ -1,0 +1,438 @@
+//! The real Kubernetes tier: upstream's etcd, kube-apiserver (with its kube-aggregator) and
+//! sample-apiserver, started on loopback by `controlplane` (tests/upstream, built with the
+//! client-go witness by `scripts/upstream`), apigw run as its own binary in front of them, and
+//! upstream's clients (kubectl, client-go) driving both. A missing Go toolchain or a failed
+//! build fails the test that needs them.
+//!
+//! ```ignore
+//! let cp = ControlPlane::start(&[]);
+//! let gw = Apigw::start(&cp, &cp.manifest_mode());
+//! let out = kubectl(&gw.kubeconfig(&cp, "admin"), &["get", "flunders", "-A"]).ok();
+//! ```
+
+use serde::Deserialize;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The directory `scripts/upstream` built (once per test process; it keeps its own cache).
+pub fn binaries() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/upstream");
+        let out = Command::new(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed ({}): the upstream components could not be built",
+            script.display(),
+            out.status
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+/// `state.json`, as the launcher prints it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    pub dir: PathBuf,
+    pub version: String,
+    pub apiserver: String,
+    pub sample: String,
+    pub sample_host: String,
+    pub sample_port: u16,
+    pub registered: bool,
+}
+
+/// A running control plane. Dropping it stops every server and removes its directory.
+pub struct ControlPlane {
+    pub state: State,
+    stdin: Option<ChildStdin>,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl ControlPlane {
+    /// Starts etcd, kube-apiserver and (unless `-sample=false`) sample-apiserver with the
+    /// launcher's `args`, and waits until all are ready.
+    pub fn start(args: &[&str]) -> Self {
+        let bin = binaries().join("controlplane");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut child = Command::new(&bin)
+            .arg(format!("-dir={}", dir.path().display()))
+            .arg("-exit-on-eof")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        if line.trim().is_empty() {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("the launcher's output");
+            panic!(
+                "the control plane did not start ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let state: State = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the launcher's state line {line:?}: {e}"));
+        // The launcher logs to files; its own stderr only matters when it fails.
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("controlplane: {line}");
+            }
+        });
+        Self {
+            state,
+            stdin: child.stdin.take(),
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// A file the launcher wrote (`ca.crt`, `admin.kubeconfig`, `apiservices`...).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.state.dir.join(name)
+    }
+
+    /// A file's path as an argument.
+    pub fn arg(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+
+    /// kubectl as `admin` (system:masters) straight at kube-apiserver.
+    pub fn kubectl(&self, args: &[&str]) -> Ran {
+        kubectl(&self.path("admin.kubeconfig"), args)
+    }
+
+    /// A kubeconfig for `user` (its `<user>.crt`, signed by the cluster CA) at `server`.
+    pub fn kubeconfig(&self, server: &str, user: &str, file: &str) -> PathBuf {
+        let path = self.path(file);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate: {crt}\n    client-key: {key}\ncontexts:\n- name: {user}\n  context: {{cluster: c, user: {user}}}\ncurrent-context: {user}\n",
+            ca = self.arg("ca.crt"),
+            crt = self.arg(&format!("{user}.crt")),
+            key = self.arg(&format!("{user}.key")),
+        );
+        std::fs::write(&path, text).expect("writing a kubeconfig");
+        path
+    }
+
+    /// apigw's flags in manifest mode in front of this control plane: the launcher's
+    /// APIServices for sample-apiserver, kube-apiserver as the delegate, client certificates
+    /// from the cluster CA, the proxy client certificate from the front-proxy CA.
+    pub fn manifest_mode(&self) -> Vec<String> {
+        let port = self.state.sample_port;
+        let mut args = self.front_door();
+        args.extend([
+            "--apiservice-dir".into(),
+            self.arg("apiservices"),
+            "--resolve".into(),
+            format!("{}:{port}=127.0.0.1:{port}", self.state.sample_host),
+        ]);
+        args
+    }
+
+    /// apigw's flags in cluster mode against this control plane, as `admin`.
+    pub fn cluster_mode(&self) -> Vec<String> {
+        let mut args = self.front_door();
+        args.extend(["--kubeconfig".into(), self.arg("admin.kubeconfig")]);
+        args
+    }
+
+    fn front_door(&self) -> Vec<String> {
+        [
+            ("--tls-cert-file", "gateway.crt"),
+            ("--tls-private-key-file", "gateway.key"),
+            ("--client-ca-file", "ca.crt"),
+            ("--proxy-client-cert-file", "apigw-proxy-client.crt"),
+            ("--proxy-client-key-file", "apigw-proxy-client.key"),
+            ("--delegate-ca-file", "ca.crt"),
+        ]
+        .into_iter()
+        .flat_map(|(flag, file)| [flag.to_string(), self.arg(file)])
+        .chain(["--delegate-url".into(), self.state.apiserver.clone()])
+        .collect()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Closing stdin asks the launcher to stop its servers; it gets 20 s.
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// apigw run as its binary, as users run it. Dropping it kills the process.
+pub struct Apigw {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Apigw {
+    /// `apigw serve` on a free loopback port with `args`; waits until `/readyz` answers 200.
+    pub fn start(cp: &ControlPlane, args: &[String]) -> Self {
+        let port = free_port();
+        let log = cp.path(&format!("apigw-{port}.log"));
+        let file = std::fs::File::create(&log).expect("apigw's log file");
+        let err = file.try_clone().expect("apigw's log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_apigw"))
+            .args(["serve", "--bind-address", "127.0.0.1", "--secure-port"])
+            .arg(port.to_string())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .expect("running apigw");
+        let gw = Self {
+            addr: ([127, 0, 0, 1], port).into(),
+            url: format!("https://127.0.0.1:{port}"),
+            log,
+            child,
+        };
+        gw.await_ready(cp);
+        gw
+    }
+
+    fn await_ready(&self, cp: &ControlPlane) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let got = curl(cp, "admin", &[&format!("{}/readyz", self.url)]);
+            if got.ok_status() {
+                return;
+            }
+            last = got.text();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "apigw was not ready within 60 s ({last}); its log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+
+    /// A kubeconfig for `user` at this gateway.
+    pub fn kubeconfig(&self, cp: &ControlPlane, user: &str) -> PathBuf {
+        cp.kubeconfig(
+            &self.url,
+            user,
+            &format!("{user}-at-{}.kubeconfig", self.addr.port()),
+        )
+    }
+
+    /// What apigw logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the process with SIGKILL, as a crashed or deleted replica stops.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Apigw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// What a command did.
+pub struct Ran {
+    pub what: String,
+    pub out: Output,
+}
+
+impl Ran {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+
+    pub fn text(&self) -> String {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&self.out.stdout),
+            String::from_utf8_lossy(&self.out.stderr)
+        )
+    }
+
+    fn ok_status(&self) -> bool {
+        self.out.status.success()
+    }
+
+    /// Standard output of a command that must succeed.
+    pub fn ok(&self) -> String {
+        assert!(
+            self.out.status.success(),
+            "{} failed ({}):\n{}",
+            self.what,
+            self.out.status,
+            self.text()
+        );
+        self.stdout()
+    }
+
+    /// Standard output parsed as JSON, of a command that must succeed.
+    pub fn json(&self) -> serde_json::Value {
+        let text = self.ok();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", self.what))
+    }
+
+    /// Standard error of a command that must fail.
+    pub fn fails(&self) -> String {
+        assert!(
+            !self.out.status.success(),
+            "{} succeeded, and should not have:\n{}",
+            self.what,
+            self.text()
+        );
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+}
+
+/// Runs `program` with `args` and an optional standard input; kills it after 90 s.
+pub fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> Ran {
+    let what = format!("{} {}", program.display(), args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e} (is it installed?)"));
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        pipe.write_all(text.as_bytes()).expect("writing stdin");
+    }
+    // Read both pipes on their own threads so a chatty command never blocks on a full pipe.
+    let pipe = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = pipe(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = pipe(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for a command") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("waiting for a killed command");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    Ran { what, out }
+}
+
+/// kubectl with `kubeconfig` and a cache of its own beside it.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Ran {
+    kubectl_in(kubeconfig, args, None)
+}
+
+/// kubectl with a manifest on standard input (`-f -`).
+pub fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ran {
+    let cache = kubeconfig.with_extension("cache");
+    let mut all = vec![
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "--cache-dir".to_string(),
+        cache.display().to_string(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    run(Path::new("kubectl"), &all, stdin)
+}
+
+/// curl as `user` (a client certificate from the cluster CA), trusting the cluster CA; prints
+/// the body, fails on HTTP errors (`--fail-with-body`).
+pub fn curl(cp: &ControlPlane, user: &str, args: &[&str]) -> Ran {
+    let (ca, crt, key) = (
+        cp.arg("ca.crt"),
+        cp.arg(&format!("{user}.crt")),
+        cp.arg(&format!("{user}.key")),
+    );
+    let mut all = vec![
+        "-sS",
+        "--fail-with-body",
+        "--max-time",
+        "20",
+        "--cacert",
+        &ca,
+        "--cert",
+        &crt,
+        "--key",
+        &key,
+    ];
+    all.extend(args);
+    run(Path::new("curl"), &all, None)
+}
+
+/// The client-go witness (`tests/upstream/cmd/clientgo`) running `check` against `kubeconfig`.
+pub fn clientgo(kubeconfig: &Path, check: &str, extra: &[&str]) -> Ran {
+    let kc = format!("-kubeconfig={}", kubeconfig.display());
+    let mut args = vec![kc.as_str()];
+    args.extend(extra);
+    args.push(check);
+    run(&binaries().join("clientgo"), &args, None)
+}
+
+/// Polls `cond` every 250 ms for up to `secs` seconds.
+pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    cond()
+}
