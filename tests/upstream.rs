@@ -12,7 +12,6 @@ use std::time::Duration;
 use support::goaddon::{GoAddon, GoOpts};
 use support::upstream::{clientgo, curl, kubectl, kubectl_in, wait_for, Apigw, ControlPlane};
 
-const FLUNDERS: &str = "/apis/wardle.example.com/v1alpha1";
 const AGGREGATED: &str =
     "Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
@@ -431,6 +430,304 @@ fn kube_apiserver_as_the_delegate_for_kubectl_and_client_go() {
         "{cbor}"
     );
     assert_eq!(cbor["data"]["through"], "apigw");
+}
+
+/// The Go addon (a recording backend) registered in kube-apiserver (an ExternalName Service
+/// and its APIService) and in apigw's manifest directory: one APIService, both front doors.
+fn interop_backend(
+    cp: &ControlPlane,
+    world: &support::World,
+    rt: &tokio::runtime::Runtime,
+) -> GoAddon {
+    let addon = rt.block_on(GoAddon::start(
+        world,
+        GoOpts {
+            args: vec![
+                format!(
+                    "-requestheader-client-ca-file={}",
+                    cp.arg("front-proxy-ca.crt")
+                ),
+                "-requestheader-allowed-names=front-proxy-client,apigw".into(),
+            ],
+            ..GoOpts::default()
+        },
+    ));
+    let port = addon.addr.port();
+    let bundle = support::base64_encode(world.pki.pem("addon-ca.crt").as_bytes());
+    let apiservice = serde_json::json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1.interop.example.com"},
+        "spec": {"group": "interop.example.com", "version": "v1", "groupPriorityMinimum": 1000,
+                 "versionPriority": 15, "caBundle": bundle,
+                 "service": {"namespace": "interop", "name": "widgets", "port": port}}});
+    let objects = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: interop}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: widgets, namespace: interop}}\nspec: {{type: ExternalName, externalName: 127.0.0.1, ports: [{{name: https, port: {port}}}]}}\n---\n{apiservice}\n"
+    );
+    cp.kubectl_in(&["apply", "-f", "-"], &objects).ok();
+    std::fs::write(cp.path("apiservices/interop.json"), apiservice.to_string())
+        .expect("writing the manifest");
+    addon
+}
+
+/// Group names and their versions, in order, of a `/apis` APIGroupList.
+fn group_versions(apis: &Value) -> Vec<String> {
+    apis["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            let versions: Vec<&str> = g["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["version"].as_str())
+                .collect();
+            format!(
+                "{}={} (preferred {})",
+                g["name"].as_str().unwrap_or(""),
+                versions.join(","),
+                g["preferredVersion"]["version"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// The same group versions in an aggregated (apidiscovery v2) list.
+fn aggregated_versions(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            let versions: Vec<String> = g["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let resources: Vec<&str> = v["resources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r["resource"].as_str())
+                        .collect();
+                    format!(
+                        "{}[{}]",
+                        v["version"].as_str().unwrap_or(""),
+                        resources.join(",")
+                    )
+                })
+                .collect();
+            format!(
+                "{}={}",
+                g["metadata"]["name"].as_str().unwrap_or(""),
+                versions.join(",")
+            )
+        })
+        .collect()
+}
+
+/// The identity headers a backend received, as the Go addon's /echo reports them.
+fn remote_headers(echo: &Value) -> Vec<String> {
+    let mut out: Vec<String> = echo["headers"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.to_ascii_lowercase().starts_with("x-remote-"))
+        .map(|(k, v)| format!("{}: {}", k.to_ascii_lowercase(), strings(v).join(" | ")))
+        .collect();
+    out.sort();
+    out
+}
+
+/// 3f: the same sample-apiserver and Go addon behind kube-apiserver's kube-aggregator and
+/// behind apigw: the same discovery order, the same identity at the backend, the same Status
+/// when the backend is down.
+#[test]
+fn the_same_backends_through_kube_aggregator_and_through_apigw() {
+    let cp = ControlPlane::start(&[]);
+    assert!(cp.state.registered);
+    let world = support::World::new();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let mut addon = interop_backend(&cp, &world, &rt);
+    let mut args = cp.manifest_mode();
+    args.extend([
+        "--resolve".into(),
+        format!("widgets.interop.svc:{0}=127.0.0.1:{0}", addon.addr.port()),
+    ]);
+    args.extend(["--availability-check-interval".into(), "10s".into()]);
+    let gw = Apigw::start(&cp, &args);
+    let kube = cp.state.apiserver.clone();
+    assert!(
+        wait_for(30, || curl(
+            &cp,
+            "admin",
+            &[&format!("{kube}/apis/interop.example.com/v1")]
+        )
+        .out
+        .status
+        .success()),
+        "kube-aggregator never reached the Go addon"
+    );
+
+    // discovery: /apis, /apis/<group> and aggregated v2, group by group and version by version
+    let apis = |base: &str| group_versions(&curl(&cp, "admin", &[&format!("{base}/apis")]).json());
+    assert_eq!(
+        apis(&gw.url),
+        apis(&kube),
+        "/apis through apigw and through kube-aggregator"
+    );
+    for group in ["wardle.example.com", "interop.example.com"] {
+        let one = |base: &str| curl(&cp, "admin", &[&format!("{base}/apis/{group}")]).json();
+        assert_eq!(
+            one(&gw.url)["versions"],
+            one(&kube)["versions"],
+            "/apis/{group}"
+        );
+        assert_eq!(
+            one(&gw.url)["preferredVersion"],
+            one(&kube)["preferredVersion"],
+            "/apis/{group}"
+        );
+    }
+    let v2 = |base: &str| {
+        aggregated_versions(
+            &curl(&cp, "admin", &["-H", AGGREGATED, &format!("{base}/apis")]).json(),
+        )
+    };
+    assert_eq!(
+        v2(&gw.url),
+        v2(&kube),
+        "aggregated discovery through apigw and through kube-aggregator"
+    );
+
+    // identity: what the backend receives for an impersonated user with groups, uid and extra
+    let echo = |base: &str, extra: &[&str]| {
+        let url = format!("{base}/apis/interop.example.com/v1/echo");
+        let mut args: Vec<&str> = extra.to_vec();
+        args.push(&url);
+        remote_headers(&curl(&cp, "admin", &args).json())
+    };
+    // kube-apiserver authorizes the impersonated user itself; apigw (AlwaysAllow) lets it pass
+    let grant = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: interop-all}\nrules:\n- {apiGroups: [interop.example.com], resources: ['*'], verbs: ['*']}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: team-a-interop}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: interop-all}\nsubjects:\n- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: team-a}\n";
+    cp.kubectl_in(&["apply", "-f", "-"], grant).ok();
+    let impersonated = [
+        "-H",
+        "Impersonate-User: carol",
+        "-H",
+        "Impersonate-Group: team-a",
+        "-H",
+        "Impersonate-Group: team-b",
+        "-H",
+        "Impersonate-Uid: uid-carol",
+        "-H",
+        "Impersonate-Extra-Scopes: read",
+        "-H",
+        "Impersonate-Extra-Scopes: write",
+        "-H",
+        "Impersonate-Extra-Example.com%2fteam: blue",
+    ];
+    let through_apigw = echo(&gw.url, &impersonated);
+    assert_eq!(
+        through_apigw,
+        echo(&kube, &impersonated),
+        "X-Remote-* at the backend"
+    );
+    assert!(
+        through_apigw.contains(&"x-remote-user: carol".to_string()),
+        "{through_apigw:?}"
+    );
+    assert_eq!(
+        echo(&gw.url, &[]),
+        echo(&kube, &[]),
+        "X-Remote-* for admin's own certificate"
+    );
+
+    // the backend down: the same status code and Status reason, before and after the
+    // availability checks notice
+    let widgets = "/apis/interop.example.com/v1/namespaces/default/widgets";
+    let status = |base: &str| {
+        let ran = curl(
+            &cp,
+            "admin",
+            &["-w", "\n%{http_code}", &format!("{base}{widgets}")],
+        );
+        let text = ran.stdout();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+        match serde_json::from_str::<Value>(body) {
+            Ok(status) => (
+                code.to_string(),
+                status["reason"].as_str().unwrap_or("").to_string(),
+                status["message"].as_str().unwrap_or("").to_string(),
+            ),
+            Err(_) => (
+                code.to_string(),
+                "(not a Status)".to_string(),
+                body.to_string(),
+            ),
+        }
+    };
+    assert_eq!(status(&gw.url).0, "200");
+    let port = addon.addr.port();
+    rt.block_on(addon.kill());
+    // kube-aggregator answers this one in text/plain; apigw in a Status with the same words
+    // (docs/interop.md)
+    let (gw_down, kube_down) = (status(&gw.url), status(&kube));
+    assert_eq!(
+        (gw_down.0.as_str(), kube_down.0.as_str()),
+        ("503", "503"),
+        "apigw {gw_down:?}, kube-aggregator {kube_down:?}"
+    );
+    assert_eq!(
+        (gw_down.1.as_str(), kube_down.1.as_str()),
+        ("ServiceUnavailable", "(not a Status)")
+    );
+    let refused = format!("error trying to reach service: dial tcp 127.0.0.1:{port}: ");
+    assert!(
+        gw_down.2.starts_with(&refused) && kube_down.2.starts_with(&refused),
+        "apigw {gw_down:?}, kube-aggregator {kube_down:?}"
+    );
+    let unavailable = |name: &str| {
+        let got = cp
+            .kubectl(&["get", "apiservice", name, "-o", "json"])
+            .json();
+        got["status"]["conditions"][0]["status"] == "False"
+    };
+    assert!(
+        wait_for(60, || unavailable("v1.interop.example.com")),
+        "kube-aggregator never marked the APIService unavailable"
+    );
+    let mine = || {
+        curl(
+            &cp,
+            "admin",
+            &[&format!(
+                "{}/apis/apiregistration.k8s.io/v1/apiservices/v1.interop.example.com",
+                gw.url
+            )],
+        )
+        .json()
+    };
+    assert!(
+        wait_for(60, || mine()["status"]["conditions"][0]["status"]
+            == "False"),
+        "apigw never marked the APIService unavailable"
+    );
+    let mine = mine();
+    let theirs = cp
+        .kubectl(&["get", "apiservice", "v1.interop.example.com", "-o", "json"])
+        .json();
+    assert_eq!(
+        mine["status"]["conditions"][0]["reason"], theirs["status"]["conditions"][0]["reason"],
+        "apigw {mine} kube-aggregator {theirs}"
+    );
+    let (gw_down, kube_down) = (status(&gw.url), status(&kube));
+    assert_eq!(
+        (gw_down.0.as_str(), kube_down.0.as_str()),
+        ("503", "503"),
+        "apigw {gw_down:?}, kube-aggregator {kube_down:?}"
+    );
+    assert_eq!(kube_down.2, "service unavailable\n");
+    assert!(gw_down.1 == "ServiceUnavailable" && gw_down.2.starts_with("service unavailable: APIService v1.interop.example.com is not available (FailedDiscoveryCheck)"), "{gw_down:?}");
 }
 
 /// A JSON value's list of strings.

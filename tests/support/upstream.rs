@@ -117,6 +117,11 @@ impl ControlPlane {
         kubectl(&self.path("admin.kubeconfig"), args)
     }
 
+    /// kubectl as `admin` straight at kube-apiserver, with `manifest` on standard input.
+    pub fn kubectl_in(&self, args: &[&str], manifest: &str) -> Ran {
+        kubectl_in(&self.path("admin.kubeconfig"), args, Some(manifest))
+    }
+
     /// A kubeconfig for `user` (its `<user>.crt`, signed by the cluster CA) at `server`.
     pub fn kubeconfig(&self, server: &str, user: &str, file: &str) -> PathBuf {
         let path = self.path(file);
@@ -195,6 +200,11 @@ pub struct Apigw {
 impl Apigw {
     /// `apigw serve` on a free loopback port with `args`; waits until `/readyz` answers 200.
     pub fn start(cp: &ControlPlane, args: &[String]) -> Self {
+        Self::start_as(cp, args, "apigw")
+    }
+
+    /// [`Apigw::start`] with `POD_NAME` set: the replica's Lease identity in cluster mode.
+    pub fn start_as(cp: &ControlPlane, args: &[String], pod: &str) -> Self {
         let port = free_port();
         let log = cp.path(&format!("apigw-{port}.log"));
         let file = std::fs::File::create(&log).expect("apigw's log file");
@@ -204,6 +214,7 @@ impl Apigw {
             .arg(port.to_string())
             .args(args)
             .env("RUST_LOG", "info")
+            .env("POD_NAME", pod)
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err)

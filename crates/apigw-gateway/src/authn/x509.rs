@@ -1,5 +1,6 @@
 //! Client certificates, examined once per TLS connection: a chain issued by the client CA names
-//! a user (CN) and groups (every O); a chain issued by the front-proxy CA, with a CN in the
+//! a user (CN), groups (every O) and, as kube-apiserver does, the extra
+//! `authentication.kubernetes.io/credential-id`; a chain issued by the front-proxy CA, with a CN in the
 //! allowed names, marks a front proxy whose identity headers may be trusted.
 
 use super::Identity;
@@ -10,6 +11,20 @@ use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// The extra key under which kube-apiserver names the credential a user authenticated with.
+pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+
+/// A client certificate's credential ID as kube-apiserver's x509 authenticator gives it:
+/// `X509SHA256=` and the hex SHA-256 of the leaf's DER.
+fn credential_id(leaf: &CertificateDer<'_>) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
+    let mut id = String::from("X509SHA256=");
+    for b in digest.as_ref() {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
 
 /// What a connection's client certificate proved.
 #[derive(Debug, Clone, Default)]
@@ -147,7 +162,10 @@ impl CertAuthenticator {
         }
         if let Some(users) = &roles.users {
             if !cn.is_empty() && users.verifies(chain) {
-                return PeerIdentity::user(Identity::new(cn, orgs));
+                let mut id = Identity::new(cn, orgs);
+                id.extra
+                    .insert(CREDENTIAL_ID.to_string(), vec![credential_id(leaf)]);
+                return PeerIdentity::user(id);
             }
         }
         PeerIdentity::none()

@@ -48,6 +48,9 @@ pub struct State {
 pub struct Availability {
     states: ArcSwap<HashMap<String, Arc<State>>>,
     changed: watch::Sender<u64>,
+    /// The registry generation the last finished round checked (0: none yet, or only the
+    /// empty registry before the first load).
+    checked: watch::Sender<u64>,
     /// The backends' aggregated discovery, cached with ETags.
     discovery: Fetcher,
 }
@@ -57,6 +60,7 @@ impl Default for Availability {
         Self {
             states: ArcSwap::default(),
             changed: watch::channel(0).0,
+            checked: watch::channel(0).0,
             discovery: Fetcher::default(),
         }
     }
@@ -80,6 +84,12 @@ impl Availability {
     /// that changed something (0 until the first round completes).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// The registry generation the last finished round checked: readiness waits for a round
+    /// over a loaded registry, not the first round, which may have seen none.
+    pub fn checked(&self) -> watch::Receiver<u64> {
+        self.checked.subscribe()
     }
 }
 
@@ -118,6 +128,7 @@ pub fn spawn(
         let mut cycle = 0u64;
         loop {
             cycle += 1;
+            let generation = *changes.borrow_and_update();
             let snapshot = registry.snapshot();
             let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
             let live = services
@@ -146,7 +157,11 @@ pub fn spawn(
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
-            if publish(&availability, &metrics, results) || round == 0 {
+            let changed = publish(&availability, &metrics, results);
+            availability
+                .checked
+                .send_if_modified(|checked| std::mem::replace(checked, generation) != generation);
+            if changed || round == 0 {
                 round += 1;
                 availability.changed.send_replace(round);
             }

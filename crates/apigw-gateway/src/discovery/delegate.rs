@@ -25,9 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
-/// Upstream's priorities for the built-in group versions of kube-apiserver
-/// (`DefaultGenericAPIServicePriorities` and the kube-apiserver additions), as
-/// `(group, version, groupPriorityMinimum, versionPriority)`.
+/// Upstream's priorities for the built-in group versions of kube-apiserver v1.36
+/// (`DefaultGenericAPIServicePriorities` merged with kube-apiserver's `apiVersionPriorities`), as
+/// `(group, version, groupPriorityMinimum, versionPriority)`. The real-tier tests compare the
+/// resulting `/apis` with kube-aggregator's, so a drift shows there.
 const PRIORITIES: &[(&str, &str, i64, i64)] = &[
     ("", "v1", 18000, 1),
     ("apps", "v1", 17800, 15),
@@ -39,12 +40,18 @@ const PRIORITIES: &[(&str, &str, i64, i64)] = &[
     ("authorization.k8s.io", "v1", 17600, 15),
     ("autoscaling", "v2", 17500, 30),
     ("autoscaling", "v1", 17500, 15),
+    ("autoscaling", "v2beta1", 17500, 9),
+    ("autoscaling", "v2beta2", 17500, 1),
     ("batch", "v1", 17400, 15),
+    ("batch", "v1beta1", 17400, 9),
+    ("batch", "v2alpha1", 17400, 9),
     ("certificates.k8s.io", "v1", 17300, 15),
+    ("certificates.k8s.io", "v1beta1", 17300, 9),
     ("certificates.k8s.io", "v1alpha1", 17300, 1),
     ("networking.k8s.io", "v1", 17200, 15),
     ("networking.k8s.io", "v1beta1", 17200, 9),
     ("policy", "v1", 17100, 15),
+    ("policy", "v1beta1", 17100, 9),
     ("rbac.authorization.k8s.io", "v1", 17000, 15),
     ("storage.k8s.io", "v1", 16800, 15),
     ("storage.k8s.io", "v1beta1", 16800, 9),
@@ -54,14 +61,26 @@ const PRIORITIES: &[(&str, &str, i64, i64)] = &[
     ("admissionregistration.k8s.io", "v1beta1", 16700, 12),
     ("admissionregistration.k8s.io", "v1alpha1", 16700, 9),
     ("scheduling.k8s.io", "v1", 16600, 15),
+    ("scheduling.k8s.io", "v1alpha2", 16600, 2),
     ("coordination.k8s.io", "v1", 16500, 15),
+    ("coordination.k8s.io", "v1beta1", 16500, 13),
+    ("coordination.k8s.io", "v1alpha2", 16500, 12),
     ("node.k8s.io", "v1", 16300, 15),
+    ("node.k8s.io", "v1beta1", 16300, 9),
+    ("node.k8s.io", "v1alpha1", 16300, 1),
     ("discovery.k8s.io", "v1", 16200, 15),
+    ("discovery.k8s.io", "v1beta1", 16200, 12),
+    ("resource.k8s.io", "v1", 16200, 21),
+    ("resource.k8s.io", "v1beta2", 16200, 15),
+    ("resource.k8s.io", "v1beta1", 16200, 9),
+    ("resource.k8s.io", "v1alpha3", 16200, 1),
     ("flowcontrol.apiserver.k8s.io", "v1", 16100, 21),
     ("flowcontrol.apiserver.k8s.io", "v1beta3", 16100, 18),
+    ("flowcontrol.apiserver.k8s.io", "v1beta2", 16100, 15),
+    ("flowcontrol.apiserver.k8s.io", "v1beta1", 16100, 12),
+    ("flowcontrol.apiserver.k8s.io", "v1alpha1", 16100, 9),
     ("internal.apiserver.k8s.io", "v1alpha1", 16000, 9),
-    ("resource.k8s.io", "v1beta1", 15900, 9),
-    ("storagemigration.k8s.io", "v1alpha1", 15800, 9),
+    ("storagemigration.k8s.io", "v1beta1", 15800, 9),
 ];
 
 /// `(groupPriorityMinimum, versionPriority)` of a delegate group version: upstream's table;

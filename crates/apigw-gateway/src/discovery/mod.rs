@@ -154,11 +154,68 @@ impl Builtin {
     }
 }
 
+/// The gateway's own group versions, each listing also the resources the delegate serves in it
+/// (kube-apiserver's tokenreviews beside the gateway's selfsubjectreviews), the gateway's
+/// entries taking the place of the delegate's of the same name, in whichever form (aggregated
+/// entry or APIResourceList) the delegate gave.
+fn with_delegate_resources(builtin: &[Builtin], delegate: &[Builtin]) -> Vec<Builtin> {
+    // Puts each of `mine` in place of the entry of `theirs` with the same `key`, or at the end.
+    fn merge(mut theirs: Vec<Value>, mine: Vec<Value>, key: &str) -> Vec<Value> {
+        for entry in mine {
+            match theirs.iter_mut().find(|e| e[key] == entry[key]) {
+                Some(slot) => *slot = entry,
+                None => theirs.push(entry),
+            }
+        }
+        theirs
+    }
+    let array = |v: &Value, key: &str| v[key].as_array().cloned().unwrap_or_default();
+    builtin
+        .iter()
+        .map(|own| {
+            let Some(theirs) = delegate.iter().find(|d| d.svc.name == own.svc.name) else {
+                return own.clone();
+            };
+            let Some(list) = own.state.resources.as_deref() else {
+                return own.clone();
+            };
+            let mut state = State {
+                condition: own.state.condition.clone(),
+                resources: None,
+                aggregated: None,
+            };
+            if let Some(entry) = theirs.state.aggregated.as_deref() {
+                let mine = aggregated::resources(list, &own.svc.group, &own.svc.version);
+                let mut entry = entry.clone();
+                entry["resources"] =
+                    Value::Array(merge(array(&entry, "resources"), mine, "resource"));
+                state.aggregated = Some(Arc::new(entry));
+            } else if let Some(their_list) = theirs.state.resources.as_deref() {
+                let mut list = list.clone();
+                list["resources"] = Value::Array(merge(
+                    array(their_list, "resources"),
+                    array(&list, "resources"),
+                    "name",
+                ));
+                state.resources = Some(Arc::new(list));
+            } else {
+                return own.clone();
+            }
+            Builtin {
+                svc: own.svc.clone(),
+                state: Arc::new(state),
+            }
+        })
+        .collect()
+}
+
 /// The documents of the newest state, rendered on first use after a change.
 #[derive(Debug, Default)]
 pub struct Cache {
     current: ArcSwapOption<Documents>,
     builtin: Vec<Builtin>,
+    /// `builtin` with the delegate's resources, for the delegate generation it was made from.
+    merged: std::sync::Mutex<(u64, Arc<Vec<Builtin>>)>,
     render: render::RenderCache,
     /// The delegate's groups; empty without `--delegate-url`.
     pub delegate: Arc<delegate::DelegateDiscovery>,
@@ -188,11 +245,20 @@ impl Cache {
                 return docs;
             }
         }
-        let docs =
-            Arc::new(
-                self.render
-                    .render(snapshot, states, &self.builtin, &known.versions, key),
-            );
+        let builtin = {
+            let mut merged = self.merged.lock().unwrap_or_else(|e| e.into_inner());
+            if merged.0 != known.generation || merged.1.len() != self.builtin.len() {
+                *merged = (
+                    known.generation,
+                    Arc::new(with_delegate_resources(&self.builtin, &known.versions)),
+                );
+            }
+            merged.1.clone()
+        };
+        let docs = Arc::new(
+            self.render
+                .render(snapshot, states, &builtin, &known.versions, key),
+        );
         self.current.store(Some(docs.clone()));
         docs
     }

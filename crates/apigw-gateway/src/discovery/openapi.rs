@@ -36,8 +36,8 @@ pub struct OpenApi {
     v2: ArcSwap<Doc>,
     v3: ArcSwap<Doc>,
     fetched: Mutex<HashMap<String, Fetched>>,
-    /// The registry generation and availability round the last merge read; readiness waits
-    /// for a merge of a loaded registry after a finished availability round.
+    /// The registry generation the last merge read, and the one the availability round before
+    /// it had checked; readiness waits for a merge of a loaded, checked registry.
     merged: tokio::sync::watch::Sender<(u64, u64)>,
 }
 
@@ -66,7 +66,7 @@ impl OpenApi {
         self.v3.load_full()
     }
 
-    /// (registry generation, availability round) of the last merge.
+    /// (registry generation, checked generation) of the last merge.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<(u64, u64)> {
         self.merged.subscribe()
     }
@@ -81,8 +81,10 @@ impl OpenApi {
         let this = self.clone();
         tokio::spawn(async move {
             let (mut reg, mut avail) = (registry.subscribe(), availability.subscribe());
+            let mut checked = availability.checked();
             loop {
-                let read = (*reg.borrow_and_update(), *avail.borrow_and_update());
+                avail.borrow_and_update();
+                let read = (*reg.borrow_and_update(), *checked.borrow_and_update());
                 this.refresh(
                     &registry.snapshot().iter().cloned().collect::<Vec<_>>(),
                     &proxy,
@@ -93,6 +95,7 @@ impl OpenApi {
                 tokio::select! {
                     r = reg.changed() => if r.is_err() { return },
                     a = avail.changed() => if a.is_err() { return },
+                    c = checked.changed() => if c.is_err() { return },
                     () = tokio::time::sleep(REFRESH) => {}
                 }
             }

@@ -149,6 +149,7 @@ mod tests {
         assert!(text.ends_with("readyz check failed\n"), "{text}");
         h.registry_loaded.store(true, Ordering::Release);
         h.availability_synced.store(true, Ordering::Release);
+        h.openapi_merged.store(true, Ordering::Release);
         let (code, text) = body(h.respond("/readyz", Some("verbose")).unwrap()).await;
         assert_eq!(code, 200);
         assert!(

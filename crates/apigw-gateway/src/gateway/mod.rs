@@ -453,15 +453,15 @@ fn spawn_latches(gateway: &Arc<Gateway>) {
         if loaded.wait_for(|generation| *generation > 0).await.is_ok() {
             g.health.registry_loaded.store(true, Ordering::Release);
         }
-        let mut rounds = g.availability.subscribe();
-        if rounds.wait_for(|round| *round > 0).await.is_ok() {
+        let mut checked = g.availability.checked();
+        if checked.wait_for(|generation| *generation > 0).await.is_ok() {
             g.health.availability_synced.store(true, Ordering::Release);
         }
         // Served OpenAPI is empty until the first merge of the delegate's and backends' specs:
         // a client that read it then would find no schema (kubectl's validation falls back to
         // /openapi/v2 and fails).
         let mut merged = g.openapi.subscribe();
-        let after_both = |(generation, round): &(u64, u64)| *generation > 0 && *round > 0;
+        let after_both = |(generation, checked): &(u64, u64)| *generation > 0 && *checked > 0;
         if merged.wait_for(after_both).await.is_ok() {
             g.health.openapi_merged.store(true, Ordering::Release);
         }

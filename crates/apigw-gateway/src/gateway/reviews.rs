@@ -2,6 +2,8 @@
 //! report what the gateway decides: `authentication.k8s.io/v1` selfsubjectreviews and
 //! `authorization.k8s.io/v1` selfsubjectaccessreviews and selfsubjectrulesreviews. Also their
 //! discovery entries, ordered among the registry's groups as kube-apiserver's built-ins are.
+//! With a delegate, the other resources of these groups (tokenreviews, subjectaccessreviews,
+//! localsubjectaccessreviews) are the delegate's, as behind kube-aggregator.
 
 use crate::authn::Identity;
 use crate::authz::{Attributes, Authorizer};
@@ -18,6 +20,18 @@ pub const AUTHN: &str = "authentication.k8s.io";
 pub const AUTHZ: &str = "authorization.k8s.io";
 const MAX_REVIEW_BYTES: usize = 1 << 20;
 
+/// The resources answered here: (group, resource, kind).
+const OWN: &[(&str, &str, &str)] = &[
+    (AUTHN, "selfsubjectreviews", "SelfSubjectReview"),
+    (AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+    (AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+];
+
+/// True when `rest` (the path after `/apis/<group>/v1/`) is one of the resources answered here.
+pub fn is_own(group: &str, rest: &[&str]) -> bool {
+    matches!(rest, [resource] if OWN.iter().any(|(g, r, _)| *g == group && r == resource))
+}
+
 /// The groups served here, as Local APIServices with kube's built-in priorities, each with its
 /// APIResourceList.
 pub fn builtin_groups() -> Vec<(Arc<ApiService>, Value)> {
@@ -31,25 +45,17 @@ pub fn builtin_groups() -> Vec<(Arc<ApiService>, Value)> {
         .ok()
     };
     let resource = |name: &str, kind: &str| json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]});
-    let list = |group: &str, resources: Vec<Value>| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"), "resources": resources});
+    let list = |group: &str| {
+        let resources: Vec<Value> = OWN
+            .iter()
+            .filter(|(g, _, _)| *g == group)
+            .map(|(_, name, kind)| resource(name, kind))
+            .collect();
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"), "resources": resources})
+    };
     [
-        (
-            local(AUTHN, 17700),
-            list(
-                AUTHN,
-                vec![resource("selfsubjectreviews", "SelfSubjectReview")],
-            ),
-        ),
-        (
-            local(AUTHZ, 17600),
-            list(
-                AUTHZ,
-                vec![
-                    resource("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
-                    resource("selfsubjectrulesreviews", "SelfSubjectRulesReview"),
-                ],
-            ),
-        ),
+        (local(AUTHN, 17700), list(AUTHN)),
+        (local(AUTHZ, 17600), list(AUTHZ)),
     ]
     .into_iter()
     .filter_map(|(svc, list)| svc.map(|s| (s, list)))

@@ -67,7 +67,9 @@ impl Gateway {
                 return Ok(apiservices::document(&apiservices::resource_list()));
             }
             ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
-            ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..] => {
+            ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..]
+                if self.proxy.delegate().is_none() || reviews::is_own(group, rest) =>
+            {
                 let group = group.to_string();
                 let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
                 let rest: Vec<&str> = rest.iter().map(String::as_str).collect();

@@ -260,7 +260,21 @@ async fn identity_headers_are_believed_from_the_front_proxy_only() {
         .await;
     assert_eq!(code, StatusCode::CREATED, "{doc}");
     assert_eq!(doc["status"]["userInfo"]["username"], "dev-user");
-    assert!(doc["status"]["userInfo"].get("extra").is_none(), "{doc}");
+    let extra = doc["status"]["userInfo"]["extra"]
+        .as_object()
+        .expect("extra");
+    let keys: Vec<&String> = extra.keys().collect();
+    assert_eq!(
+        keys,
+        ["authentication.kubernetes.io/credential-id"],
+        "{doc}"
+    );
+    assert!(
+        extra["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .is_some_and(|id| id.starts_with("X509SHA256=") && id.len() == 11 + 64),
+        "{doc}"
+    );
 }
 
 #[tokio::test]
