@@ -437,6 +437,16 @@ async fn status_is_written_only_on_change() {
         state(false, "ServiceNotFound", "gone"),
     )]);
     assert_eq!(writer.write_changed(&again).await, 0);
+    // Other words for the same verdict (kube-aggregator's, say) are left as they are.
+    let reworded = HashMap::from([(
+        "v1.a.example.com".to_string(),
+        state(
+            false,
+            "ServiceNotFound",
+            "service/a-svc in \"ns\" is not present",
+        ),
+    )]);
+    assert_eq!(writer.write_changed(&reworded).await, 0);
     assert_eq!(status_writes(), 1);
 
     let up = HashMap::from([(

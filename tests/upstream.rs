@@ -730,6 +730,272 @@ fn the_same_backends_through_kube_aggregator_and_through_apigw() {
     assert!(gw_down.1 == "ServiceUnavailable" && gw_down.2.starts_with("service unavailable: APIService v1.interop.example.com is not available (FailedDiscoveryCheck)"), "{gw_down:?}");
 }
 
+/// The Lease's holder, or "" while there is none.
+fn lease_holder(cp: &ControlPlane) -> String {
+    let lease = cp.kubectl(&[
+        "get",
+        "lease",
+        "apigw",
+        "-n",
+        "kube-system",
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    let text = lease.ok();
+    if text.trim().is_empty() {
+        return String::new();
+    }
+    let lease: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// 3c: two apigw replicas in cluster mode against the real kube-apiserver: APIServices and
+/// Services from the cluster, a ServiceAccount token by TokenReview, SubjectAccessReview against
+/// real RBAC, one Lease holder that writes status, the other taking over when it dies.
+#[test]
+fn cluster_mode_against_kube_apiserver() {
+    let cp = ControlPlane::start(&[]);
+    let mut args = cp.cluster_mode();
+    args.extend(
+        [
+            "--authorization-mode",
+            "Webhook",
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "1s",
+            "--availability-check-interval",
+            "5s",
+        ]
+        .map(String::from),
+    );
+    let a = Apigw::start_as(&cp, &args, "replica-a");
+    let b = Apigw::start_as(&cp, &args, "replica-b");
+
+    // the APIServices and their ExternalName Service came from the cluster
+    for gw in [&a, &b] {
+        let admin = gw.kubeconfig(&cp, "admin");
+        let listed = kubectl(
+            &admin,
+            &["get", "--raw", "/apis/wardle.example.com/v1alpha1/flunders"],
+        )
+        .json();
+        assert_eq!(listed["kind"], "FlunderList", "{listed}");
+    }
+
+    // a ServiceAccount token, checked by TokenReview: the same user through apigw as at
+    // kube-apiserver itself, extras (credential id) included
+    cp.kubectl(&["create", "serviceaccount", "robot", "-n", "default"])
+        .ok();
+    let token = cp
+        .kubectl(&["create", "token", "robot", "-n", "default"])
+        .ok();
+    let token = token.trim();
+    let bearer = format!("Authorization: Bearer {token}");
+    let whoami = |base: &str| {
+        let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+        let url = format!("{base}/apis/authentication.k8s.io/v1/selfsubjectreviews");
+        let out = support::upstream::run(
+            std::path::Path::new("curl"),
+            &[
+                "-sS",
+                "--fail-with-body",
+                "--cacert",
+                &cp.arg("ca.crt"),
+                "-H",
+                &bearer,
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                review,
+                &url,
+            ],
+            None,
+        );
+        out.json()["status"]["userInfo"].clone()
+    };
+    let through = whoami(&a.url);
+    assert_eq!(
+        through["username"], "system:serviceaccount:default:robot",
+        "{through}"
+    );
+    assert_eq!(
+        through,
+        whoami(&cp.state.apiserver),
+        "the token's user through apigw and at kube-apiserver"
+    );
+
+    // SubjectAccessReview against real RBAC: robot may list flunders in default, nothing more
+    let grant = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: flunder-lister, namespace: default}\nrules:\n- {apiGroups: [wardle.example.com], resources: [flunders], verbs: [list]}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: robot-lists, namespace: default}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: flunder-lister}\nsubjects:\n- {kind: ServiceAccount, name: robot, namespace: default}\n";
+    cp.kubectl_in(&["apply", "-f", "-"], grant).ok();
+    let as_robot = |method: &str, path: &str| {
+        let url = format!("{}{path}", a.url);
+        support::upstream::run(
+            std::path::Path::new("curl"),
+            &[
+                "-sS",
+                "-o",
+                "/dev/stderr",
+                "-w",
+                "%{http_code}",
+                "-X",
+                method,
+                "--cacert",
+                &cp.arg("ca.crt"),
+                "-H",
+                &bearer,
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                "{}",
+                &url,
+            ],
+            None,
+        )
+    };
+    let list = as_robot(
+        "GET",
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders",
+    );
+    assert_eq!(list.stdout(), "200", "{}", list.text());
+    let create = as_robot(
+        "POST",
+        "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders",
+    );
+    assert_eq!(create.stdout(), "403", "{}", create.text());
+    let denied = String::from_utf8_lossy(&create.out.stderr).into_owned();
+    assert!(
+        denied.contains(r#"flunders.wardle.example.com is forbidden: User \"system:serviceaccount:default:robot\" cannot create resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"default\""#),
+        "{denied}"
+    );
+
+    // one Lease holder among the two replicas; the other takes over when it dies
+    assert!(
+        wait_for(20, || !lease_holder(&cp).is_empty()),
+        "no replica took the Lease"
+    );
+    let holder = lease_holder(&cp);
+    let (leader, follower, next) = if holder.starts_with("replica-a_") {
+        (a, b, "replica-b_")
+    } else {
+        assert!(holder.starts_with("replica-b_"), "{holder}");
+        (b, a, "replica-a_")
+    };
+
+    // the leader writes availability: break the Service (a loopback address nothing listens
+    // on), watch the condition turn False, and count how often the status is rewritten while
+    // kube-aggregator writes the same condition with its own words
+    let broken = r#"{"spec":{"externalName":"127.0.0.2"}}"#;
+    cp.kubectl(&[
+        "patch",
+        "service",
+        "api",
+        "-n",
+        "wardle",
+        "--type=merge",
+        "-p",
+        broken,
+    ])
+    .ok();
+    let condition = || {
+        cp.kubectl(&[
+            "get",
+            "apiservice",
+            "v1alpha1.wardle.example.com",
+            "-o",
+            "json",
+        ])
+        .json()
+    };
+    assert!(
+        wait_for(60, || condition()["status"]["conditions"][0]["status"]
+            == "False"),
+        "the APIService never turned unavailable: {}",
+        condition()
+    );
+    let first = condition();
+    let mut versions = std::collections::BTreeSet::new();
+    let mut messages = std::collections::BTreeSet::new();
+    let until = std::time::Instant::now() + Duration::from_secs(12);
+    while std::time::Instant::now() < until {
+        let now = condition();
+        versions.insert(
+            now["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+        messages.insert(
+            now["status"]["conditions"][0]["message"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // kube-aggregator and the leader agree on status and reason; neither rewrites the other's
+    // words, so the condition stays put
+    assert_eq!(
+        first["status"]["conditions"][0]["reason"], "FailedDiscoveryCheck",
+        "{first}"
+    );
+    assert_eq!(
+        messages.len(),
+        1,
+        "the message changed hands: {messages:#?}"
+    );
+    assert!(
+        versions.len() <= 2,
+        "the status was rewritten {} times in 12 s",
+        versions.len()
+    );
+    let (leader_log, follower_log) = (leader.logged(), follower.logged());
+    assert!(
+        leader_log.contains("APIService unavailable"),
+        "{leader_log}"
+    );
+    assert!(
+        follower_log.contains("APIService unavailable"),
+        "{follower_log}"
+    );
+    assert!(
+        !follower_log.contains("APIService status written"),
+        "the follower wrote status:\n{follower_log}"
+    );
+    let fixed = r#"{"spec":{"externalName":"127.0.0.1"}}"#;
+    cp.kubectl(&[
+        "patch",
+        "service",
+        "api",
+        "-n",
+        "wardle",
+        "--type=merge",
+        "-p",
+        fixed,
+    ])
+    .ok();
+    assert!(
+        wait_for(60, || condition()["status"]["conditions"][0]["status"]
+            == "True"),
+        "never available again"
+    );
+
+    leader.kill();
+    assert!(
+        wait_for(30, || lease_holder(&cp).starts_with(next)),
+        "the follower never took the Lease: {}; its log:\n{follower_log}",
+        lease_holder(&cp)
+    );
+    let admin = follower.kubeconfig(&cp, "admin");
+    kubectl(&admin, &["get", "flunders", "-A"]).ok();
+}
+
 /// A JSON value's list of strings.
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()

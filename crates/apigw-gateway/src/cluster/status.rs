@@ -1,7 +1,9 @@
 //! Status write-back: the `Available` condition of each APIService, as the availability
 //! controller found it, written to the APIService's `status` subresource in the cluster; only
-//! while this replica leads, and only when the condition (status, reason, message) differs
-//! from what the cluster holds. A condition written moments ago is not written again while the
+//! while this replica leads, and only when its status or reason differs from what the cluster
+//! holds. The message alone is no reason to write: where kube-apiserver's own kube-aggregator
+//! checks the same APIServices, it words the same verdict differently and rewrites its words
+//! on every update, so writing ours would make the two take turns (docs/interop.md). A condition written moments ago is not written again while the
 //! watch catches up (`settle`).
 
 use super::apiservices::{api_resource, ApiServiceSource};
@@ -33,10 +35,11 @@ pub fn condition_json(c: &Condition) -> Value {
     })
 }
 
-/// True when `status` already holds `want` (ignoring the transition time).
+/// True when `status` already holds the verdict of `want`: the same status and reason
+/// (whatever the message and the transition time).
 pub fn holds(status: Option<&Value>, want: &Value) -> bool {
     let same = |c: &Value| {
-        ["status", "reason", "message"]
+        ["status", "reason"]
             .iter()
             .all(|k| c.get(*k) == want.get(*k))
     };
@@ -104,6 +107,7 @@ impl StatusWriter {
                 .await
             {
                 Ok(_) => {
+                    tracing::info!(apiservice = %name, status = %want["status"], reason = %want["reason"], "APIService status written");
                     count += 1;
                     self.written.insert(name.clone(), (want, Instant::now()));
                 }
@@ -122,7 +126,7 @@ mod tests {
     use std::time::SystemTime;
 
     #[test]
-    fn holds_ignores_transition_time() {
+    fn holds_ignores_transition_time_and_message() {
         let c = Condition {
             available: false,
             reason: "ServiceNotFound",
@@ -133,8 +137,11 @@ mod tests {
         let mut other = want.clone();
         other["lastTransitionTime"] = "2030-01-01T00:00:00Z".into();
         assert!(holds(Some(&json!({"conditions": [other]})), &want));
+        let mut reworded = want.clone();
+        reworded["message"] = "n".into();
+        assert!(holds(Some(&json!({"conditions": [reworded]})), &want));
         let mut changed = want.clone();
-        changed["message"] = "n".into();
+        changed["reason"] = "FailedDiscoveryCheck".into();
         assert!(!holds(Some(&json!({"conditions": [changed]})), &want));
         assert!(!holds(None, &want));
     }

@@ -108,12 +108,13 @@ impl OpenApi {
         proxy: &Proxy,
         availability: &Availability,
     ) {
-        // One fetch per distinct backend of an available, non-local APIService.
+        // One fetch per distinct backend of a non-local APIService known to be available (a
+        // backend not checked yet waits for its check: one that hangs must not hold the merge).
         let mut backends: BTreeMap<String, Arc<Backend>> = BTreeMap::new();
         for svc in services.iter().filter(|s| s.service.is_some()) {
-            if availability
+            if !availability
                 .get(&svc.name)
-                .is_some_and(|s| !s.condition.available)
+                .is_some_and(|s| s.condition.available)
             {
                 continue;
             }
