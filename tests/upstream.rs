@@ -996,6 +996,96 @@ fn cluster_mode_against_kube_apiserver() {
     kubectl(&admin, &["get", "flunders", "-A"]).ok();
 }
 
+/// helm, as the chart's own checks install and cache it (charts/apigw/tests/check.py).
+fn helm() -> std::path::PathBuf {
+    let check =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw/tests/check.py");
+    let out = support::upstream::run(
+        std::path::Path::new("python3"),
+        &[&check.display().to_string(), "--helm-path"],
+        None,
+    )
+    .ok();
+    std::path::PathBuf::from(out.lines().last().unwrap_or_default().trim())
+}
+
+/// 3e: the Helm chart, rendered with its default values and in cluster mode, applied to the
+/// real kube-apiserver in namespaces that enforce PodSecurity `restricted`: every object is
+/// admitted without a warning, and the Deployment's pod passes the enforcing admission (a
+/// server-side dry run of a Pod with its template), while the same pod with an added capability is refused.
+#[test]
+fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() {
+    let cp = ControlPlane::start(&["-sample=false", "-register=false"]);
+    let helm = helm();
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw");
+    for (release, values) in [
+        ("gw-default", "default-values.yaml"),
+        ("gw-cluster", "cluster-values.yaml"),
+    ] {
+        let ns = format!("{release}-system");
+        let labels = ["enforce", "warn", "audit"]
+            .map(|mode| format!("pod-security.kubernetes.io/{mode}: restricted"))
+            .join(", ");
+        cp.kubectl_in(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels: {{{labels}}}\n")).ok();
+        let rendered = support::upstream::run(
+            &helm,
+            &[
+                "template",
+                release,
+                &chart.display().to_string(),
+                "-f",
+                &chart.join("ci").join(values).display().to_string(),
+                "--namespace",
+                &ns,
+            ],
+            None,
+        )
+        .ok();
+        let applied = cp.kubectl_in(&["apply", "-f", "-"], &rendered);
+        let out = applied.ok();
+        let warnings = String::from_utf8_lossy(&applied.out.stderr).into_owned();
+        assert!(!warnings.contains("Warning"), "{values}: {warnings}");
+        assert!(
+            out.contains(&format!("deployment.apps/{release}-apigw created")),
+            "{values}: {out}"
+        );
+        let objects =
+            rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: "));
+        assert_eq!(
+            out.lines().filter(|l| l.ends_with(" created")).count(),
+            objects,
+            "{values}: every object admitted:\n{out}"
+        );
+
+        let deployments = cp
+            .kubectl(&["get", "deployments", "-n", &ns, "-o", "json"])
+            .json();
+        for d in deployments["items"].as_array().expect("deployments") {
+            let mut pod = serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "probe", "namespace": ns, "labels": d["spec"]["template"]["metadata"]["labels"]},
+                "spec": d["spec"]["template"]["spec"],
+            });
+            let admitted =
+                cp.kubectl_in(&["create", "--dry-run=server", "-f", "-"], &pod.to_string());
+            assert!(
+                admitted.out.status.success() && !admitted.text().contains("Warning"),
+                "{values}: {}",
+                admitted.text()
+            );
+            pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
+                serde_json::json!(["NET_ADMIN"]);
+            let refused = cp
+                .kubectl_in(&["create", "--dry-run=server", "-f", "-"], &pod.to_string())
+                .fails();
+            assert!(
+                refused.contains(r#"violates PodSecurity "restricted:latest""#),
+                "{values}: {refused}"
+            );
+        }
+    }
+}
+
 /// A JSON value's list of strings.
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()

@@ -975,4 +975,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--helm-path"]:
+        # For tests/upstream.rs, which installs the chart into a real kube-apiserver: the same
+        # helm, installed and cached as above; its path is the last line.
+        print(helm_binary())
+        sys.exit(0)
     sys.exit(main())
