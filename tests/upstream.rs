@@ -12,6 +12,7 @@ use std::time::Duration;
 use support::goaddon::{GoAddon, GoOpts};
 use support::upstream::{clientgo, curl, kubectl, kubectl_in, wait_for, Apigw, ControlPlane};
 
+const WARDLE: [&str; 2] = ["v1alpha1.wardle.example.com", "v1beta1.wardle.example.com"];
 const AGGREGATED: &str =
     "Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
@@ -27,6 +28,7 @@ fn flunder(name: &str, reference: &str) -> String {
 fn sample_apiserver_behind_apigw_in_manifest_mode() {
     let cp = ControlPlane::start(&["-register=false"]);
     let gw = Apigw::start(&cp, &cp.manifest_mode());
+    gw.await_available(&cp, &WARDLE);
     let admin = gw.kubeconfig(&cp, "admin");
     let k = |args: &[&str]| kubectl(&admin, args).ok();
     let k_in = |args: &[&str], manifest: &str| kubectl_in(&admin, args, Some(manifest)).ok();
@@ -257,6 +259,7 @@ fn sample_apiserver_behind_apigw_in_manifest_mode() {
 fn kube_apiserver_as_the_delegate_for_kubectl_and_client_go() {
     let cp = ControlPlane::start(&["-register=false"]);
     let gw = Apigw::start(&cp, &cp.manifest_mode());
+    gw.await_available(&cp, &WARDLE);
     let admin = gw.kubeconfig(&cp, "admin");
     let k = |args: &[&str]| kubectl(&admin, args).ok();
 
@@ -556,6 +559,20 @@ fn the_same_backends_through_kube_aggregator_and_through_apigw() {
     ]);
     args.extend(["--availability-check-interval".into(), "10s".into()]);
     let gw = Apigw::start(&cp, &args);
+    gw.await_available(&cp, &[WARDLE[0], WARDLE[1], "v1.interop.example.com"]);
+    let names = [
+        "apiservice/v1alpha1.wardle.example.com",
+        "apiservice/v1beta1.wardle.example.com",
+        "apiservice/v1.interop.example.com",
+    ];
+    cp.kubectl(
+        &[
+            &["wait", "--for=condition=Available", "--timeout=90s"][..],
+            &names[..],
+        ]
+        .concat(),
+    )
+    .ok();
     let kube = cp.state.apiserver.clone();
     assert!(
         wait_for(30, || curl(
@@ -777,6 +794,8 @@ fn cluster_mode_against_kube_apiserver() {
     );
     let a = Apigw::start_as(&cp, &args, "replica-a");
     let b = Apigw::start_as(&cp, &args, "replica-b");
+    a.await_available(&cp, &WARDLE);
+    b.await_available(&cp, &WARDLE);
 
     // the APIServices and their ExternalName Service came from the cluster
     for gw in [&a, &b] {

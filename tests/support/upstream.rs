@@ -247,6 +247,26 @@ impl Apigw {
         );
     }
 
+    /// Waits, as a user would with `kubectl wait`, until these APIServices are Available
+    /// through the gateway, and then until its OpenAPI lists their group versions (merged just
+    /// after): a backend's first check may fail while it warms up, as behind kube-aggregator.
+    pub fn await_available(&self, cp: &ControlPlane, names: &[&str]) {
+        let admin = self.kubeconfig(cp, "admin");
+        let mut args = vec!["wait", "--for=condition=Available", "--timeout=90s"];
+        let objects: Vec<String> = names.iter().map(|n| format!("apiservice/{n}")).collect();
+        args.extend(objects.iter().map(String::as_str));
+        kubectl(&admin, &args).ok();
+        let merged = wait_for(30, || {
+            let index = curl(cp, "admin", &[&format!("{}/openapi/v3", self.url)]);
+            let text = index.stdout();
+            names.iter().all(|n| match n.split_once('.') {
+                Some((version, group)) => text.contains(&format!("\"apis/{group}/{version}\"")),
+                None => false,
+            })
+        });
+        assert!(merged, "apigw's OpenAPI never listed {names:?}");
+    }
+
     /// A kubeconfig for `user` at this gateway.
     pub fn kubeconfig(&self, cp: &ControlPlane, user: &str) -> PathBuf {
         cp.kubeconfig(
