@@ -1,7 +1,7 @@
 //! Client certificates, examined once per TLS connection: a chain issued by the client CA names
 //! a user (CN), groups (every O) and, as kube-apiserver does, the extra
-//! `authentication.kubernetes.io/credential-id`; a chain issued by the front-proxy CA, with a CN in the
-//! allowed names, marks a front proxy whose identity headers may be trusted.
+//! `authentication.kubernetes.io/credential-id`; a chain issued by the front-proxy CA, with a
+//! CN in the allowed names, marks a front proxy whose identity headers may be trusted.
 
 use super::Identity;
 pub use apigw_core::tls::subject;

@@ -3,8 +3,8 @@
 //! while this replica leads, and only when its status or reason differs from what the cluster
 //! holds. The message alone is no reason to write: where kube-apiserver's own kube-aggregator
 //! checks the same APIServices, it words the same verdict differently and rewrites its words
-//! on every update, so writing ours would make the two take turns (docs/interop.md). A condition written moments ago is not written again while the
-//! watch catches up (`settle`).
+//! on every update, so writing ours would make the two take turns (docs/interop.md). A
+//! condition written moments ago is not written again while the watch catches up (`settle`).
 
 use super::apiservices::{api_resource, ApiServiceSource};
 use crate::availability::{Availability, Condition, State};

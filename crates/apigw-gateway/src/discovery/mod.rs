@@ -375,6 +375,55 @@ mod tests {
     }
 
     #[test]
+    fn own_review_groups_also_list_the_delegates_resources() {
+        let local = |resources: Value| {
+            let svc = ApiService::from_value(json!({
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": "v1.authentication.k8s.io"},
+                "spec": {"group": "authentication.k8s.io", "version": "v1",
+                         "groupPriorityMinimum": 17700, "versionPriority": 15}
+            }))
+            .unwrap();
+            let list = json!({"kind": "APIResourceList", "groupVersion": "authentication.k8s.io/v1", "resources": resources});
+            Builtin::new(Arc::new(svc), list)
+        };
+        let ours = local(
+            json!([{"name": "selfsubjectreviews", "kind": "SelfSubjectReview", "verbs": ["create"], "namespaced": false}]),
+        );
+        // The delegate's in the legacy form: its order, ours in place of its own entry.
+        let theirs = local(
+            json!([{"name": "selfsubjectreviews", "kind": "Theirs"}, {"name": "tokenreviews", "kind": "TokenReview"}]),
+        );
+        let merged = with_delegate_resources(std::slice::from_ref(&ours), &[theirs]);
+        let list = merged[0].state.resources.as_deref().unwrap();
+        assert_eq!(list["resources"][0]["kind"], "SelfSubjectReview");
+        assert_eq!(list["resources"][1]["name"], "tokenreviews");
+        // The delegate's in the aggregated form: the same, converted.
+        let mut theirs = local(json!([]));
+        Arc::make_mut(&mut theirs.state).resources = None;
+        Arc::make_mut(&mut theirs.state).aggregated =
+            Some(Arc::new(json!({"version": "v1", "resources": [
+            {"resource": "selfsubjectreviews", "responseKind": {"kind": "Theirs"}},
+            {"resource": "tokenreviews", "responseKind": {"kind": "TokenReview"}}]})));
+        let merged = with_delegate_resources(std::slice::from_ref(&ours), &[theirs]);
+        let entry = merged[0].state.aggregated.as_deref().unwrap();
+        let names: Vec<&str> = entry["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["resource"].as_str())
+            .collect();
+        assert_eq!(names, ["selfsubjectreviews", "tokenreviews"]);
+        assert_eq!(
+            entry["resources"][0]["responseKind"]["kind"],
+            "SelfSubjectReview"
+        );
+        // No delegate: ours as they are.
+        let alone = with_delegate_resources(std::slice::from_ref(&ours), &[]);
+        assert!(Arc::ptr_eq(&alone[0].state, &ours.state));
+    }
+
+    #[test]
     fn documents_follow_the_order_with_apiregistration_first() {
         let registry = Registry::default();
         registry.replace(Snapshot::new([
