@@ -367,6 +367,85 @@ fn the_rbac_policy_has_its_own_flag_and_the_old_name_warns() {
 }
 
 #[test]
+fn a_second_signal_ends_the_drain_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = pki(dir.path());
+    let port = free_port().to_string();
+    let log = dir.path().join("serve.log");
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            &port,
+        ])
+        .args(["--tls-cert-file", &s(&certs.join("serving.crt"))])
+        .args(["--tls-private-key-file", &s(&certs.join("serving.key"))])
+        .args(["--client-ca-file", &s(&certs.join("client-ca.crt"))])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("run apigw");
+    let pid = rustix::process::Pid::from_child(&child);
+    let guard = Kill(&mut child);
+    let url = format!("https://127.0.0.1:{port}");
+    let curl = |args: &[&str]| {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--cacert", &s(&certs.join("ca.crt"))])
+            .args([
+                "--cert",
+                &s(&certs.join("admin.crt")),
+                "--key",
+                &s(&certs.join("admin.key")),
+            ])
+            .args(args);
+        c
+    };
+    let ready = wait_for(20, || {
+        curl(&["-f", &format!("{url}/readyz")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(ready, "apigw never became ready");
+    // An open watch holds the drain for the grace period (30 s by default).
+    let mut watch = curl(&[
+        "-N",
+        &format!("{url}/apis/apiregistration.k8s.io/v1/apiservices?watch=true"),
+    ])
+    .stdout(Stdio::null())
+    .spawn()
+    .expect("curl");
+    std::thread::sleep(Duration::from_millis(500));
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    assert!(
+        wait_for(10, || logged()
+            .contains("a second Ctrl-C or SIGTERM exits at once")
+            && logged().contains("grace=30s")),
+        "the first signal did not say what the drain waits for:\n{}",
+        logged()
+    );
+    assert!(
+        guard.0.try_wait().expect("wait").is_none(),
+        "the first signal did not wait for the watch"
+    );
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    let ended = wait_for(10, || guard.0.try_wait().is_ok_and(|s| s.is_some()));
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        ended,
+        "a second SIGINT did not end the process:\n{}",
+        logged()
+    );
+    let status = guard.0.wait().expect("wait");
+    assert_eq!(status.code(), Some(1), "{}", logged());
+}
+
+#[test]
 fn serve_logs_the_deprecation_warning() {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = pki(dir.path());

@@ -13,8 +13,21 @@ pub mod server;
 pub mod tls;
 pub mod yaml;
 
-/// Resolves on Ctrl-C or SIGTERM: the signal to stop accepting and drain.
+/// Resolves on the first Ctrl-C or SIGTERM: the signal to stop accepting and drain. A second
+/// one ends the process at once with exit code 1, as kube-apiserver does, for whoever will not
+/// wait for the drain.
 pub async fn shutdown_signal() {
+    next_signal().await;
+    tracing::info!("shutting down: draining connections; a second Ctrl-C or SIGTERM exits at once");
+    tokio::spawn(async {
+        next_signal().await;
+        tracing::warn!("second signal: exiting without waiting for the drain");
+        std::process::exit(1);
+    });
+}
+
+/// The next Ctrl-C or SIGTERM after the call.
+async fn next_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -33,5 +46,4 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {}
         () = term => {}
     }
-    tracing::info!("shutting down: draining connections");
 }

@@ -297,8 +297,13 @@ pub async fn run(
     tracing::info!(addr = %listener.local_addr()?, "apigw serving");
     let draining = gateway.clone();
     let delay = cfg.server.shutdown_delay;
+    let grace = cfg.server.shutdown_grace;
     let stop = async move {
         shutdown.await;
+        tracing::info!(
+            ?grace,
+            "draining: requests in flight, watches and exec streams have the grace period to end"
+        );
         draining.health.shutting_down.store(true, Ordering::Release);
         if !delay.is_zero() {
             tracing::info!(
