@@ -275,31 +275,18 @@ fn kube_apiserver_as_the_delegate_for_kubectl_and_client_go() {
         "--from-literal=a=b",
     ]);
     assert!(cm.contains("configmap/cm created"), "{cm}");
-    let got = kubectl(
-        &admin,
-        &[
-            "get",
-            "configmap",
-            "cm",
-            "-n",
-            "through-apigw",
-            "-o",
-            "json",
-        ],
-    )
-    .json();
+    let get_cm = [
+        "get",
+        "configmap",
+        "cm",
+        "-n",
+        "through-apigw",
+        "-o",
+        "json",
+    ];
+    let got = kubectl(&admin, &get_cm).json();
     assert_eq!(got["data"]["a"], "b");
-    let direct = cp
-        .kubectl(&[
-            "get",
-            "configmap",
-            "cm",
-            "-n",
-            "through-apigw",
-            "-o",
-            "json",
-        ])
-        .json();
+    let direct = cp.kubectl(&get_cm).json();
     assert_eq!(
         direct["metadata"]["uid"], got["metadata"]["uid"],
         "one object, seen both ways"
