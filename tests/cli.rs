@@ -8,10 +8,11 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "support/binary.rs"]
 mod binary;
+use binary::wait_for;
 
 const BIN: &str = env!("CARGO_BIN_EXE_apigw");
 
@@ -693,17 +694,6 @@ impl Drop for Kill<'_> {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn wait_for(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    done()
 }
 
 fn curl(certs: &Path, url: &str) -> Output {

@@ -4,8 +4,6 @@
 //! `exec` credential plugin; every bad token refused with kube's 401 and its reason in the
 //! log and in `apigw_authentication_attempts_total`; the file reloaded when it changes.
 
-#[path = "support/binary.rs"]
-mod binary;
 mod support;
 
 use bytes::Bytes;
@@ -15,6 +13,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use support::binary;
 use support::oidc::{now, unsigned, with, Issuers, SigningKey};
 use support::sample::run;
 use support::{eventually, seen_header, Single, World};

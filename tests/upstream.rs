@@ -343,12 +343,7 @@ fn kube_apiserver_as_the_delegate_for_kubectl_and_client_go() {
 
     // one merged /apis: kube's groups and the APIServices'
     let apis = curl(&cp, "admin", &[&format!("{}/apis", gw.url)]).json();
-    let names: Vec<&str> = apis["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .filter_map(|g| g["name"].as_str())
-        .collect();
+    let names = each_str(&apis["groups"], "/name");
     for group in [
         "apiregistration.k8s.io",
         "apps",
@@ -367,12 +362,7 @@ fn kube_apiserver_as_the_delegate_for_kubectl_and_client_go() {
     )
     .json();
     assert_eq!(v2["kind"], "APIGroupDiscoveryList", "{v2}");
-    let v2_names: Vec<&str> = v2["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|g| g["metadata"]["name"].as_str())
-        .collect();
+    let v2_names = each_str(&v2["items"], "/metadata/name");
     assert_eq!(
         v2_names, names,
         "aggregated discovery lists the groups in /apis' order"
@@ -493,17 +483,9 @@ fn interop_backend(
 
 /// Group names and their versions, in order, of a `/apis` APIGroupList.
 fn group_versions(apis: &Value) -> Vec<String> {
-    apis["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    each(&apis["groups"])
         .map(|g| {
-            let versions: Vec<&str> = g["versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v["version"].as_str())
-                .collect();
+            let versions = each_str(&g["versions"], "/version");
             format!(
                 "{}={} (preferred {})",
                 g["name"].as_str().unwrap_or(""),
@@ -516,22 +498,11 @@ fn group_versions(apis: &Value) -> Vec<String> {
 
 /// The same group versions in an aggregated (apidiscovery v2) list.
 fn aggregated_versions(list: &Value) -> Vec<String> {
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    each(&list["items"])
         .map(|g| {
-            let versions: Vec<String> = g["versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let versions: Vec<String> = each(&g["versions"])
                 .map(|v| {
-                    let resources: Vec<&str> = v["resources"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|r| r["resource"].as_str())
-                        .collect();
+                    let resources = each_str(&v["resources"], "/resource");
                     format!(
                         "{}[{}]",
                         v["version"].as_str().unwrap_or(""),
@@ -555,7 +526,13 @@ fn remote_headers(echo: &Value) -> Vec<String> {
         .into_iter()
         .flatten()
         .filter(|(k, _)| k.to_ascii_lowercase().starts_with("x-remote-"))
-        .map(|(k, v)| format!("{}: {}", k.to_ascii_lowercase(), strings(v).join(" | ")))
+        .map(|(k, v)| {
+            format!(
+                "{}: {}",
+                k.to_ascii_lowercase(),
+                each_str(v, "").join(" | ")
+            )
+        })
         .collect();
     out.sort();
     out
@@ -1129,11 +1106,14 @@ fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() 
     }
 }
 
-/// A JSON value's list of strings.
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(String::from))
+/// The elements of a JSON array (none when `v` is not one).
+fn each(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
+}
+
+/// The string at `pointer` in each element of a JSON array that has one.
+fn each_str<'a>(v: &'a Value, pointer: &str) -> Vec<&'a str> {
+    each(v)
+        .filter_map(|e| e.pointer(pointer).and_then(Value::as_str))
         .collect()
 }

@@ -1,8 +1,10 @@
-//! A binary run as a user runs it, for tests that only need the process: included with
+//! A binary run as a user runs it, and any command with a time limit; part of `support`, and
+//! for tests that only need the process, included alone with
 //! `#[path = "support/binary.rs"] mod binary;` so they do not build the rest of `support`
 //! (crates/apigw-bench's tests include it too, for `apigw-bench`).
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -22,23 +24,71 @@ pub fn run_program(program: &Path, dir: Option<&Path>, args: &[&str]) -> Output 
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
+    command.args(args).env_remove("RUST_LOG");
+    run_command(command, None, Duration::from_secs(60))
+}
+
+/// Runs `command` with `stdin` as its standard input (None: none), reading and writing the
+/// pipes on threads of their own so that a chatty command never blocks on a full one; kills
+/// it if it still runs after `limit`.
+pub fn run_command(mut command: Command, stdin: Option<&str>, limit: Duration) -> Output {
     let mut child = command
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
+        .unwrap_or_else(|e| panic!("run {:?}: {e}", command.get_program()));
+    let input = child.stdin.take().zip(stdin.map(str::to_owned));
+    let writer = std::thread::spawn(move || {
+        if let Some((mut pipe, text)) = input {
+            // A command that exits without reading it all closes the pipe: not our failure.
+            let _ = pipe.write_all(text.as_bytes());
+        }
+    });
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
         if Instant::now() > deadline {
             let _ = child.kill();
-            break;
+            break child.wait().expect("wait");
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = writer.join();
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
-    child.wait_with_output().expect("output")
+}
+
+/// Polls `done` every 100 ms for up to `seconds`, and once more at the end.
+pub fn wait_for(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
 }
 
 /// Standard output and standard error, as one text.

@@ -2,6 +2,7 @@
 //! gateways started on loopback with a manifest directory, and a TLS client.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod exec;
 pub mod goaddon;
 pub mod kube_api;

@@ -10,6 +10,8 @@
 //! let out = kubectl(&gw.kubeconfig(&cp, "admin"), &["get", "flunders", "-A"]).ok();
 //! ```
 
+use super::binary;
+pub use super::binary::wait_for;
 use serde::Deserialize;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -314,11 +316,7 @@ impl Ran {
     }
 
     pub fn text(&self) -> String {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&self.out.stdout),
-            String::from_utf8_lossy(&self.out.stderr)
-        )
+        binary::text(&self.out)
     }
 
     fn ok_status(&self) -> bool {
@@ -358,49 +356,9 @@ impl Ran {
 /// Runs `program` with `args` and an optional standard input; kills it after 90 s.
 pub fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> Ran {
     let what = format!("{} {}", program.display(), args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e} (is it installed?)"));
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        use std::io::Write;
-        pipe.write_all(text.as_bytes()).expect("writing stdin");
-    }
-    // Read both pipes on their own threads so a chatty command never blocks on a full pipe.
-    let pipe = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = pipe(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = pipe(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for a command") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().expect("waiting for a killed command");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let out = Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    };
+    let mut command = Command::new(program);
+    command.args(args);
+    let out = binary::run_command(command, stdin, Duration::from_secs(90));
     Ran { what, out }
 }
 
@@ -454,16 +412,4 @@ pub fn clientgo(kubeconfig: &Path, check: &str, extra: &[&str]) -> Ran {
     args.extend(extra);
     args.push(check);
     run(&binaries().join("clientgo"), &args, None)
-}
-
-/// Polls `cond` every 250 ms for up to `secs` seconds.
-pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    cond()
 }

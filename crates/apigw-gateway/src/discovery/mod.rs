@@ -215,6 +215,8 @@ pub struct Cache {
     current: ArcSwapOption<Documents>,
     builtin: Vec<Builtin>,
     /// `builtin` with the delegate's resources, for the delegate generation it was made from.
+    /// Kept, not remade per render: the render caches know a version's resources by the
+    /// identity of their `Arc`, which must not be freed and reused while the content differs.
     merged: std::sync::Mutex<(u64, Arc<Vec<Builtin>>)>,
     render: render::RenderCache,
     /// The delegate's groups; empty without `--delegate-url`.
