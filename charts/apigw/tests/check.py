@@ -976,7 +976,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--helm-path"]:
-        # For tests/upstream.rs, which installs the chart into a real kube-apiserver: the same
+        # For tests/it/upstream.rs, which installs the chart into a real kube-apiserver: the same
         # helm, installed and cached as above; its path is the last line.
         print(helm_binary())
         sys.exit(0)

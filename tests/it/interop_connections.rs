@@ -3,8 +3,11 @@
 //! clients at once over keep-alive connections, and the same Go server standing in as the
 //! delegate (the main API server) for paths no APIService claims.
 
-mod support;
+use crate::support;
 
+use crate::support::exec::{Exec, V5};
+use crate::support::goaddon::{GoAddon, GoOpts};
+use crate::support::World;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -13,9 +16,6 @@ use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use support::exec::{Exec, V5};
-use support::goaddon::{GoAddon, GoOpts};
-use support::World;
 
 const WIDGETS: &str = "/apis/interop.example.com/v1/namespaces/default/widgets";
 

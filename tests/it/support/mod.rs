@@ -1,6 +1,5 @@
 //! Test vocabulary: a PKI made with rcgen, an echo backend that records what it receives,
 //! gateways started on loopback with a manifest directory, and a TLS client.
-#![allow(dead_code)]
 
 pub mod binary;
 pub mod exec;

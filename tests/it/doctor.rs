@@ -4,13 +4,13 @@
 //! binary's exit codes and JSON; and the curl/openssl commands doctor and docs/troubleshooting.md print,
 //! executed. curl and openssl are required: a missing one fails the test.
 
-mod support;
+use crate::support;
 
+use crate::support::World;
 use apigw::config::Config;
 use apigw::doctor::{Options, Report, Status, Step};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::World;
 use time::{Duration, OffsetDateTime};
 
 const GROUP: &str = "a.example.com";

@@ -8,8 +8,9 @@
 //! - a request whose client goes away before the response head still gets its access line and
 //!   audit event, saying how it ended.
 
-mod support;
+use crate::support;
 
+use crate::support::{eventually, World};
 use apigw::sample::{SampleConfig, SampleServer};
 use bytes::Bytes;
 use http::Request;
@@ -19,7 +20,6 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use support::{eventually, World};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HOST: &str = "wardle-server.wardle-namespace.svc";

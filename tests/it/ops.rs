@@ -2,12 +2,12 @@
 //! (list, get, watch, Table through kubectl), metrics, health, certificate rotation and
 //! graceful shutdown under load.
 
-mod support;
+use crate::support;
 
+use crate::support::{eventually, Single, World};
 use bytes::Bytes;
 use http::Request;
 use std::time::Duration;
-use support::{eventually, Single, World};
 
 async fn condition(
     c: &support::Client,

@@ -1,21 +1,11 @@
-//! A binary run as a user runs it, and any command with a time limit; part of `support`, and
-//! for tests that only need the process, included alone with
-//! `#[path = "support/binary.rs"] mod binary;` so they do not build the rest of `support`
-//! (crates/apigw-bench's tests include it too, for `apigw-bench`).
-#![allow(dead_code)]
+//! Running a program in a test as a user runs it: with a time limit, with both pipes drained
+//! on threads of their own, and with the checks that every refused command line shares. A
+//! library of its own so that the tests of `apigw` and of `apigw-bench` use one copy.
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Runs apigw with `args` (in `dir` when given), as [`run_program`] does.
-pub fn run(dir: Option<&Path>, args: &[&str]) -> Output {
-    match option_env!("CARGO_BIN_EXE_apigw") {
-        Some(apigw) => run_program(Path::new(apigw), dir, args),
-        None => panic!("binary::run runs apigw, which only apigw's tests have"),
-    }
-}
 
 /// Runs `program` with `args` (in `dir` when given, without `RUST_LOG`); kills it if it still
 /// runs after 60 s (a command that was not refused would go on serving).

@@ -3,8 +3,10 @@
 //! watches on one h2 connection) and WebSocket exec with the Kubernetes channel protocol, all
 //! against the bundled sample addon server behind a gateway.
 
-mod support;
+use crate::support;
 
+use crate::support::exec::{Exec, V4, V5};
+use crate::support::World;
 use apigw::sample::{SampleConfig, SampleServer, SampleStats};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -17,8 +19,6 @@ use std::io::BufRead;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::exec::{Exec, V4, V5};
-use support::World;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

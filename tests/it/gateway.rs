@@ -1,11 +1,11 @@
 //! End to end over loopback TLS: a gateway with a watched manifest directory in front of echo
 //! backends, driven by a TLS client with generated certificates.
 
-mod support;
+use crate::support;
 
+use crate::support::{eventually, seen_header, World};
 use bytes::Bytes;
 use http::Request;
-use support::{eventually, seen_header, World};
 
 struct Setup {
     world: World,

@@ -4,14 +4,14 @@
 //! availability back to the APIService status. Two replicas against one cluster: exactly one
 //! writes status, and the other takes over when the Lease expires or is released.
 
-mod support;
+use crate::support;
 
+use crate::support::kube_api::KubeApi;
+use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
 use serde_json::json;
 use std::time::Duration;
-use support::kube_api::KubeApi;
-use support::{eventually, World};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_mode_gateway_serves_what_the_cluster_says() {

@@ -2,15 +2,15 @@
 //! endpoints, a dead endpoint skipped without failing requests, ordinary requests over pooled
 //! HTTP/1.1 and watches multiplexed over HTTP/2.
 
-mod support;
+use crate::support;
 
+use crate::support::{Echo, World};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use support::{Echo, World};
 
 const HOST: &str = "a-svc.a-ns.svc";
 

@@ -3,8 +3,8 @@
 //! watches and 410 Gone; TokenReview and SubjectAccessReview with their caches; Lease leader
 //! election; status write-back only on change; Service and EndpointSlice resolution.
 
-mod support;
-
+use crate::support::kube_api::KubeApi;
+use crate::support::{eventually, Pki};
 use apigw::authn::Identity;
 use apigw::authz::Attributes;
 use apigw::availability::{Condition, State};
@@ -16,8 +16,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use support::kube_api::KubeApi;
-use support::{eventually, Pki};
 
 fn apiservice(group: &str, version: &str, priority: i64) -> Value {
     json!({

@@ -2,12 +2,12 @@
 //! `kubectl auth whoami` and `kubectl auth can-i` through the gateway, impersonation by grant
 //! only, groups dropped before backends, and path tricks refused before routing.
 
-mod support;
+use crate::support;
 
+use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
 use std::time::Duration;
-use support::{eventually, World};
 
 const POLICY: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1

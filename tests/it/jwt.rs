@@ -4,8 +4,12 @@
 //! `exec` credential plugin; every bad token refused with kube's 401 and its reason in the
 //! log and in `apigw_authentication_attempts_total`; the file reloaded when it changes.
 
-mod support;
+use crate::support;
 
+use crate::support::binary;
+use crate::support::oidc::{now, unsigned, with, Issuers, SigningKey};
+use crate::support::sample::run;
+use crate::support::{eventually, seen_header, Single, World};
 use bytes::Bytes;
 use http::Request;
 use serde_json::{json, Value};
@@ -13,10 +17,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use support::binary;
-use support::oidc::{now, unsigned, with, Issuers, SigningKey};
-use support::sample::run;
-use support::{eventually, seen_header, Single, World};
 
 /// Everything the gateway logs in this test process (nextest runs each test in its own).
 static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());

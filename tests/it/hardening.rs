@@ -3,14 +3,14 @@
 //! client certificates, request limits (429) and the fault cases: backends that die, hang,
 //! reset or do not resolve, and an APIService deleted mid-request.
 
-mod support;
+use crate::support;
 
+use crate::support::{seen_header, World};
 use bytes::Bytes;
 use http::Request;
 use rustls::pki_types::ServerName;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{seen_header, World};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ECHO: &str = "/apis/a.example.com/v1/namespaces/n/things/echo";
@@ -526,7 +526,7 @@ async fn request_and_connection_limits_answer_429() {
         Some((s.w.pki.path("alice.crt"), s.w.pki.path("alice.key"))),
     );
     // one connection held open by a slow request; a second connection is closed at accept
-    // (more in tests/connections.rs)
+    // (more in tests/it/connections.rs)
     let addr = s.gw.addr;
     // (retried: the connections of the start-up readiness probe may not have closed yet)
     let held = tokio::spawn(async move {

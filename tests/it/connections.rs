@@ -4,15 +4,15 @@
 //! and one with an open watch stays. Connections past `--max-connections-per-client` are closed
 //! at accept, while health still answers on the connections within it.
 
-mod support;
+use crate::support;
 
+use crate::support::World;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
 use rustls::pki_types::ServerName;
 use std::sync::Arc;
 use std::time::Duration;
-use support::World;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;

@@ -2,12 +2,12 @@
 //! through the gateway, to a backend no one here wrote either (the Go `net/http` addon server
 //! in `tests/interop/goaddon`). Every tool is required: a missing one fails the test.
 
-mod support;
+use crate::support;
 
+use crate::support::goaddon::{GoAddon, GoOpts};
+use crate::support::World;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::goaddon::{GoAddon, GoOpts};
-use support::World;
 
 /// The Go addon behind a gateway, and a kubeconfig for alice.
 struct Stack {

@@ -5,16 +5,16 @@
 //! is a complete version.Info (the delegate's when there is one); without a delegate `/api`
 //! lists `v1` and `/api/v1` is an empty core group. Every tool is required.
 
-mod support;
+use crate::support;
 
+use crate::support::World;
 use bytes::Bytes;
 use http::Request;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
-use support::World;
 
-use support::sample::{run, SampleGateway as Dev};
+use crate::support::sample::{run, SampleGateway as Dev};
 
 /// A gateway in front of the sample server, and a kubeconfig for alice (namespace `team`).
 async fn dev() -> Dev {

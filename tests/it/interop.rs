@@ -5,8 +5,11 @@
 //! HTTP/2 connection, bookmarks, a graceful backend restart, and a 64 MiB list (bounded
 //! gateway memory) with gzip passed through. Each test runs its own Go server and gateway.
 
-mod support;
+use crate::support;
 
+use crate::support::exec::{Exec, V4, V5};
+use crate::support::goaddon::{GoAddon, GoOpts};
+use crate::support::{Client, World};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -18,9 +21,6 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::exec::{Exec, V4, V5};
-use support::goaddon::{GoAddon, GoOpts};
-use support::{Client, World};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 

@@ -39,14 +39,12 @@ pub fn binaries() -> &'static Path {
     })
 }
 
-/// `state.json`, as the launcher prints it.
+/// The fields of `state.json` (as the launcher prints it) that the tests read.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct State {
     pub dir: PathBuf,
-    pub version: String,
     pub apiserver: String,
-    pub sample: String,
     pub sample_host: String,
     pub sample_port: u16,
     pub registered: bool,

@@ -11,8 +11,7 @@
 //! LIST each make the exact label set expected; unauthenticated requests and requests for a
 //! group nothing serves make series without path-derived values, however odd their path.
 
-mod support;
-
+use crate::support::{eventually, Echo, World};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
@@ -21,7 +20,6 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::{eventually, Echo, World};
 
 /// Every family the gateway registers (src/metrics.rs); each must be present with samples.
 const FAMILIES: [&str; 14] = [

@@ -3,9 +3,7 @@
 //! real binary. Each is refused with a non-zero exit and one line naming the flag (or the file
 //! and field, or the manifest field) and the value; none may end in a panic.
 
-#[path = "support/binary.rs"]
-mod binary;
-
+use crate::support::binary;
 use std::path::Path;
 use std::process::Output;
 

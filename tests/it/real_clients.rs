@@ -1,12 +1,12 @@
 //! The clients users have: kubectl, curl and openssl, against a gateway in front of the
 //! sample addon server. These tools are required: a missing one fails the test.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
 
-use support::sample::{run_ok as run, SampleGateway as Dev};
+use crate::support::sample::{run_ok as run, SampleGateway as Dev};
 
 async fn dev() -> Dev {
     support::sample::start(None).await

@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-#[path = "support/binary.rs"]
-mod binary;
-use binary::wait_for;
+use crate::support::binary::{self, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_apigw");
 

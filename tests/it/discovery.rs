@@ -1,12 +1,12 @@
 //! Discovery through the gateway: aggregated v2 with resources from the backends, ETags and
 //! 304s, content negotiation (406), `Vary`, and `Stale` freshness while a backend is down.
 
-mod support;
+use crate::support;
 
+use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
 use std::time::Duration;
-use support::{eventually, World};
 
 const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 

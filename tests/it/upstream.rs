@@ -3,14 +3,16 @@
 //! kubectl and client-go, and compared with kube-apiserver's own kube-aggregator serving the
 //! same APIServices. Each test starts its own control plane (`support::upstream`).
 
-mod support;
+use crate::support;
 
+use crate::support::goaddon::{GoAddon, GoOpts};
+use crate::support::upstream::{
+    clientgo, curl, kubectl, kubectl_in, wait_for, Apigw, ControlPlane,
+};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::goaddon::{GoAddon, GoOpts};
-use support::upstream::{clientgo, curl, kubectl, kubectl_in, wait_for, Apigw, ControlPlane};
 
 const WARDLE: [&str; 2] = ["v1alpha1.wardle.example.com", "v1beta1.wardle.example.com"];
 const AGGREGATED: &str =
