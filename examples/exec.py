@@ -3,16 +3,20 @@
 
 The sample server's `flunders/{name}/exec` subresource speaks Kubernetes' WebSocket channel
 protocol (v5/v4.channel.k8s.io). kubectl only execs into pods, so this uses the official Python
-client's WebSocket client (`pip install kubernetes`) with the kubeconfig `apigw dev` writes:
+client's WebSocket client (`pip install kubernetes`) with the kubeconfig `apigw dev` writes,
+certs-dev/kubeconfig beside this directory, unless KUBECONFIG names another (never
+~/.kube/config, which may be a real cluster):
 
-    KUBECONFIG=certs-dev/kubeconfig python3 examples/exec.py my-flunder echo hello
+    python3 examples/exec.py my-flunder echo hello
 
 Prints the command's stdout and stderr and exits with its exit code. The sample server's
 commands: `echo ARGS...`, `env` (the identity the backend received), `cat`, `exit N`.
 """
 
 import json
+import os
 import sys
+from pathlib import Path
 from urllib.parse import quote
 
 from kubernetes import client, config
@@ -33,7 +37,12 @@ def main() -> int:
         return 2
     name, command = args[0], args[1:]
 
-    config.load_kube_config()
+    kubeconfig = os.environ.get("KUBECONFIG") or str(Path(__file__).resolve().parent.parent / "certs-dev" / "kubeconfig")
+    if not Path(kubeconfig.split(os.pathsep)[0]).is_file():
+        print(f"exec.py: no kubeconfig at {kubeconfig}: start `cargo run --release -- dev` first, "
+              "or set KUBECONFIG", file=sys.stderr)
+        return 2
+    config.load_kube_config(config_file=kubeconfig)
     conf = client.Configuration.get_default_copy()
     query = "&".join(["command=" + quote(part, safe="") for part in command] + ["stdout=true", "stderr=true"])
     url = f"{conf.host}/apis/{GROUP_VERSION}/namespaces/{quote(namespace)}/flunders/{quote(name)}/exec?{query}"

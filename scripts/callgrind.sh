@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per proxied request, counted by callgrind (repeatable, unlike wall-clock figures).
 #
-#   cargo build --release && scripts/callgrind.sh [target/release/apigw] [N1] [N2]
+#   cargo build --profile dist && scripts/callgrind.sh [target/dist/apigw] [N1] [N2]
 #
 # Runs the sample server natively and `apigw serve` under callgrind with one connection worker
 # (and one thread for the shared runtime). For HTTP/1.1 and HTTP/2, sends N1 and then N2
@@ -12,7 +12,7 @@
 #   APIGW_LOG=info   the gateway's RUST_LOG (default warn: no access log); info logs every request
 #   KEEP=DIR         keep the N2 dumps as DIR/cg.http1.1 and DIR/cg.http2 for callgrind_annotate
 set -euo pipefail
-BIN=$(realpath "${1:-target/release/apigw}")
+BIN=$(realpath "${1:-target/dist/apigw}")
 N1=${2:-500}
 N2=${3:-2500}
 for tool in valgrind callgrind_control curl; do

@@ -1,11 +1,55 @@
 //! `apigw check`: loads the configuration, the files it names, and every APIService manifest,
 //! and prints each problem with its file and field. Nothing is served. Settings only serving
 //! needs (the serving certificate) may be left out: what is given is validated, and what could
-//! not be checked is said (`not checked: ...`), so manifests can be linted in CI alone.
+//! not be checked is said (`not checked: ...`), so manifests can be linted in CI alone; only a
+//! configuration `serve` would run with is called `configuration ok`. Given nothing at all, it
+//! checks `apigw dev`'s configuration when run where that is (see [`dev_default`]).
 
 use crate::config::{check_key_pairs, Checkable, Config, Flags};
 use crate::registry::{load_dir, Registry};
 use std::process::ExitCode;
+
+/// The configuration `check` and `doctor` use when given no setting at all: `apigw dev`'s
+/// (`config/dev.yaml`) when it and the dev PKI are in the working directory, said on stderr;
+/// else None.
+pub fn dev_default() -> Option<std::path::PathBuf> {
+    let config = std::path::Path::new(crate::dev::DEV_CONFIG);
+    if !(config.is_file() && dev_pki_written()) {
+        return None;
+    }
+    eprintln!(
+        "note: no --config and no flags: using {} (apigw dev's configuration, with its PKI in {}/)",
+        crate::dev::DEV_CONFIG,
+        crate::dev::DEV_CERTS
+    );
+    Some(config.to_path_buf())
+}
+
+/// Whether the dev PKI has been written (`certs-dev/` itself is in the repository, with its
+/// README).
+fn dev_pki_written() -> bool {
+    std::path::Path::new(crate::dev::DEV_CERTS)
+        .join("ca.crt")
+        .is_file()
+}
+
+/// `check` given no setting and no dev configuration here: nothing to check.
+pub fn nothing_given() -> ExitCode {
+    let dev = if std::path::Path::new(crate::dev::DEV_CONFIG).is_file() {
+        format!(
+            "; {} is here, but not its PKI: apigw dev (or apigw certs dev) writes it",
+            crate::dev::DEV_CONFIG
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "error: nothing to check: give the configuration apigw serve runs with (--config FILE or \
+         its flags; serve needs at least --tls-cert-file and --tls-private-key-file), or \
+         --apiservice-dir DIR to lint manifests alone{dev}"
+    );
+    ExitCode::FAILURE
+}
 
 /// Prints every problem found and returns the exit code (1 if any).
 pub fn check(flags: &Flags) -> ExitCode {
@@ -73,8 +117,14 @@ pub fn check(flags: &Flags) -> ExitCode {
     }
     if failed {
         ExitCode::FAILURE
-    } else {
+    } else if serving {
         println!("configuration ok");
+        ExitCode::SUCCESS
+    } else {
+        // What was given is fine, yet `serve` would refuse it: never "configuration ok".
+        println!(
+            "ok as far as given; apigw serve also needs --tls-cert-file and --tls-private-key-file"
+        );
         ExitCode::SUCCESS
     }
 }

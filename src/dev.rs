@@ -18,16 +18,20 @@ use std::path::{Path, PathBuf};
 /// sample server's certificate is for.
 pub const SAMPLE_SERVICE: &str = "wardle-server.wardle-namespace.svc";
 
+/// Dev mode's configuration and PKI, relative to the repository's root where it runs.
+pub const DEV_CONFIG: &str = "config/dev.yaml";
+pub const DEV_CERTS: &str = "certs-dev";
+
 /// Flags of `apigw dev`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DevArgs {
     /// Gateway config file (relative paths in it are relative to it).
-    #[arg(long, default_value = "config/dev.yaml")]
+    #[arg(long, default_value = DEV_CONFIG)]
     pub config: PathBuf,
     /// Where the dev PKI lives (written if missing; `apigw certs dev --force --out DIR`
     /// regenerates it). The gateway and the sample server use its certificates, keys and
     /// tokens, whatever paths the config names.
-    #[arg(long, default_value = "certs-dev")]
+    #[arg(long, default_value = DEV_CERTS)]
     pub certs: PathBuf,
     /// Port of the gateway [default: the config's securePort, 8443 in config/dev.yaml].
     #[arg(long)]
@@ -172,13 +176,19 @@ fn local_addr(listen: SocketAddr) -> SocketAddr {
     }
 }
 
-/// The commands to try, each a line of the log like every other line dev mode prints.
+/// The log target of lines meant to be copied: the text log prints their message alone, without
+/// time or level, so each pastes into a shell as it is.
+pub const COMMANDS_TARGET: &str = "apigw::commands";
+
+/// The commands to try: one log line saying so, then each command as a line of its own, in the
+/// log's order (the text log prints [`COMMANDS_TARGET`] lines bare).
 fn log_try_lines(certs: &Path, url: &str) {
     let c = |f: &str| certs.join(f).display().to_string();
     let host_port = url.trim_start_matches("https://");
     let (ca, admin, admin_key) = (c("ca.crt"), c("admin.crt"), c("admin.key"));
     let (tokens, kubeconfig) = (c("tokens.csv"), c("kubeconfig"));
     let flunders = format!("{url}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders");
+    tracing::info!("try it (from this directory, in another shell):");
     for line in [
         format!("curl --cacert {ca} --cert {admin} --key {admin_key} {url}/apis"),
         format!(
@@ -191,6 +201,6 @@ fn log_try_lines(certs: &Path, url: &str) {
         format!("kubectl --kubeconfig {kubeconfig} create -n default -f examples/flunder.yaml"),
         format!("kubectl --kubeconfig {kubeconfig} get flunders -n default"),
     ] {
-        tracing::info!("try: {line}");
+        tracing::info!(target: COMMANDS_TARGET, "{line}");
     }
 }

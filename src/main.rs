@@ -107,12 +107,32 @@ const DOCTOR_LISTS: &[&str] = &[
     "availability_check_timeout",
 ];
 
-/// The command line, with `check` and `doctor` listing only the flags of `serve` they use.
-fn command() -> clap::Command {
-    let serve_flags: Vec<clap::Id> = Flags::augment_args(clap::Command::new("serve"))
+/// The ids of `serve`'s flags, which `check` and `doctor` take too.
+fn serve_flags() -> Vec<clap::Id> {
+    Flags::augment_args(clap::Command::new("serve"))
         .get_arguments()
         .map(|a| a.get_id().clone())
-        .collect();
+        .collect()
+}
+
+/// Whether any of `serve`'s settings was given to this subcommand (on the command line or
+/// from the environment).
+fn settings_given(sub: &clap::ArgMatches) -> bool {
+    use clap::parser::ValueSource;
+    serve_flags().iter().any(|id| {
+        matches!(
+            sub.try_get_raw(id.as_str())
+                .ok()
+                .flatten()
+                .and_then(|_| sub.value_source(id.as_str())),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    })
+}
+
+/// The command line, with `check` and `doctor` listing only the flags of `serve` they use.
+fn command() -> clap::Command {
+    let serve_flags = serve_flags();
     let trim = |cmd: clap::Command, lists: &[&str], note: &'static str| {
         serve_flags
             .iter()
@@ -141,10 +161,25 @@ fn command() -> clap::Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+    let matches = command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    let bare = matches
+        .subcommand()
+        .is_some_and(|(name, sub)| matches!(name, "check" | "doctor") && !settings_given(sub));
+    if bare {
+        // `check` and `doctor` with no setting at all: dev mode's configuration, where it is.
+        match &mut cli.command {
+            Command::Check(flags) => match apigw::check::dev_default() {
+                Some(config) => flags.config = Some(config),
+                None => return apigw::check::nothing_given(),
+            },
+            Command::Doctor(args) => args.flags.config = apigw::check::dev_default(),
+            _ => {}
+        }
+    }
     apigw::tls::install_default_provider();
     raise_fd_limit();
     match run(cli.command) {

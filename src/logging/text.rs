@@ -63,6 +63,11 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let meta = event.metadata();
+        if meta.target() == apigw::dev::COMMANDS_TARGET {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            return writeln!(writer, "{}", message.0);
+        }
         if meta.target() != ACCESS
             || writer.has_ansi_escapes()
             || ctx.event_scope().is_some()
@@ -85,6 +90,17 @@ where
         match done {
             Ok(Some(result)) => result,
             _ => self.full.format_event(ctx, writer, event),
+        }
+    }
+}
+
+/// An event's message alone.
+struct Message(String);
+
+impl Visit for Message {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
         }
     }
 }

@@ -277,6 +277,78 @@ fn check_lints_a_manifest_directory_alone() {
     );
 }
 
+/// `check` and `doctor` agree with `serve` on what is required, and given nothing they use dev
+/// mode's configuration where it is, saying so (issue 35): the README's bare lines work.
+#[test]
+fn check_and_doctor_given_nothing_use_the_dev_configuration_here() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nowhere near a checkout: nothing to check is an error naming what serve needs.
+    let out = apigw_in(dir.path(), &["check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(
+        stdout(&out).starts_with("error: nothing to check")
+            && stdout(&out).contains("--tls-cert-file"),
+        "{}",
+        all(&out)
+    );
+    // A checkout before its dev PKI: still nothing to check, and what writes the PKI.
+    copy_config(dir.path());
+    let out = apigw_in(dir.path(), &["check"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(stdout(&out).contains("apigw certs dev"), "{}", all(&out));
+    // With it: both use config/dev.yaml and say so; check calls it a configuration serve runs.
+    let out = apigw_in(dir.path(), &["certs", "dev"]);
+    assert!(out.status.success(), "{}", all(&out));
+    let note = "note: no --config and no flags: using config/dev.yaml";
+    let out = apigw_in(dir.path(), &["check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(stderr(&out).starts_with(note), "{}", all(&out));
+    assert!(
+        stdout(&out).lines().any(|l| l == "configuration ok"),
+        "{}",
+        all(&out)
+    );
+    let port = free_port().to_string();
+    let out = apigw_in(
+        dir.path(),
+        &[
+            "doctor",
+            "--resolve",
+            &format!("wardle-server.wardle-namespace.svc:443=127.0.0.1:{port}"),
+        ],
+    );
+    assert!(
+        !stderr(&out).contains(note),
+        "a flag was given: {}",
+        all(&out)
+    );
+    let out = apigw_in(dir.path(), &["doctor"]);
+    assert!(stderr(&out).starts_with(note), "{}", all(&out));
+    let text = stdout(&out);
+    // Paths as a user types them from here, not config/../certs-dev/.
+    assert!(
+        text.contains("ok       serving-cert-file      certs-dev/serving.crt: "),
+        "{text}"
+    );
+    assert!(!text.contains("../"), "{text}");
+
+    // A setting given is what is checked: no serving pair is fine for linting, yet never
+    // called a configuration serve runs with.
+    let apis = dir.path().join("config/apiservices");
+    let out = apigw_in(dir.path(), &["check", "--apiservice-dir", &s(&apis)]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+    assert!(!stderr(&out).contains(note), "{}", all(&out));
+    assert!(!stdout(&out).contains("configuration ok"), "{}", all(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("ok as far as given")
+                && l.contains("apigw serve also needs --tls-cert-file")),
+        "{}",
+        all(&out)
+    );
+}
+
 #[test]
 fn the_rbac_policy_has_its_own_flag_and_the_old_name_warns() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -809,7 +881,8 @@ fn dev_sends_to_the_ports_it_is_given() {
             "duration_ms={value} is not milliseconds to the microsecond: {line}"
         );
     }
-    // One line about the PKI, saying how to regenerate it; every line through the logger.
+    // One line about the PKI, saying how to regenerate it; every line but the commands to
+    // try is a log line.
     let pki_lines: Vec<&str> = text.lines().filter(|l| l.contains("certs-dev")).collect();
     assert!(
         pki_lines
@@ -819,18 +892,29 @@ fn dev_sends_to_the_ports_it_is_given() {
         "{text}"
     );
     assert!(!text.contains("--force replaces it"), "{text}");
-    // The commands to try name the port dev mode serves on, in the log like the rest.
-    assert!(
-        text.contains(&format!(
-            "try: curl --cacert certs-dev/ca.crt --cert certs-dev/admin.crt --key certs-dev/admin.key https://127.0.0.1:{port}/apis"
-        )),
+    // The commands to try name the port dev mode serves on, each a bare line that pastes into
+    // a shell as it is, after a log line that introduces them.
+    let curl = format!(
+        "curl --cacert certs-dev/ca.crt --cert certs-dev/admin.crt --key certs-dev/admin.key https://127.0.0.1:{port}/apis"
+    );
+    assert!(text.lines().any(|l| l == curl), "{text}");
+    assert!(text.contains("try it (from this directory"), "{text}");
+    let commands = ["curl ", "openssl ", "kubectl "];
+    assert_eq!(
+        text.lines()
+            .filter(|l| commands.iter().any(|c| l.starts_with(c)))
+            .count(),
+        6,
         "{text}"
     );
     assert!(
         text.lines().filter(|l| l.contains("reusing")).count() == 1,
         "{text}"
     );
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    let logged_lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !commands.iter().any(|c| l.starts_with(c)));
+    for line in logged_lines {
         let stamp = line.get(..20).unwrap_or_default();
         assert!(
             stamp.len() == 20

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::sample::{run_ok as run, SampleGateway as Dev};
@@ -282,6 +282,43 @@ async fn the_readme_exec_example_runs_through_the_gateway() {
         "{}",
         text(&out)
     );
+    // Without KUBECONFIG, the dev kubeconfig beside the script's directory, never
+    // ~/.kube/config: a checkout's layout, with this test's kubeconfig as certs-dev/kubeconfig.
+    let checkout = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(checkout.path().join("examples")).expect("mkdir");
+    std::fs::create_dir_all(checkout.path().join("certs-dev")).expect("mkdir");
+    let script = checkout.path().join("examples/exec.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/exec.py"),
+        &script,
+    )
+    .expect("copy");
+    let home = checkout.path().join("home");
+    std::fs::create_dir_all(home.join(".kube")).expect("mkdir");
+    std::fs::write(home.join(".kube/config"), "not: a kubeconfig to use\n").expect("write");
+    let bare = |script: PathBuf, home: PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            Command::new("python3")
+                .arg(script)
+                .args(["my-flunder", "echo", "dev"])
+                .env_remove("KUBECONFIG")
+                .env("HOME", home)
+                .output()
+                .expect("python3 is required for this test")
+        })
+    };
+    let out = bare(script.clone(), home.clone()).await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("certs-dev/kubeconfig"),
+        "{}",
+        text(&out)
+    );
+    std::fs::copy(&d.kubeconfig, checkout.path().join("certs-dev/kubeconfig")).expect("copy");
+    let out = bare(script, home).await.unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "dev\n");
+
     let out = exec(&["my-flunder", "exit", "3"]).await.unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let out = exec(&["missing", "echo", "x"]).await.unwrap();

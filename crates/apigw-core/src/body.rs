@@ -18,6 +18,14 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
+/// A JSON document as the gateway writes it: compact, ending in a newline as kube-apiserver's
+/// serializer ends each object (so `curl` leaves the prompt on a line of its own).
+pub fn json_text(value: &serde_json::Value) -> String {
+    let mut text = value.to_string();
+    text.push('\n');
+    text
+}
+
 /// A body with no bytes.
 pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()

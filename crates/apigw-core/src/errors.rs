@@ -3,7 +3,7 @@
 //! request path's one error type: it keeps the error that caused it and the response-only flags
 //! (`Connection: close`, `Retry-After`) that [`render`] honours.
 
-use crate::body::{full, Body};
+use crate::body::{full, json_text, Body};
 use http::{header, Response, StatusCode};
 use serde_json::json;
 use std::sync::Arc;
@@ -179,7 +179,7 @@ impl Status {
 
     /// The response: the JSON body plus the `Connection: close` and `Retry-After` asked for.
     pub fn into_response(self) -> Response<Body> {
-        let mut res = Response::new(full(self.to_json().to_string()));
+        let mut res = Response::new(full(json_text(&self.to_json())));
         *res.status_mut() = self.code;
         let headers = res.headers_mut();
         headers.insert(
@@ -229,7 +229,7 @@ impl std::error::Error for Status {
 
 /// A JSON response with status 200.
 pub fn json_response(value: &serde_json::Value) -> Response<Body> {
-    let mut res = Response::new(full(value.to_string()));
+    let mut res = Response::new(full(json_text(value)));
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
@@ -284,7 +284,8 @@ mod tests {
         assert!(res.headers().get(header::RETRY_AFTER).is_none());
         assert_eq!(
             body_of(res).await,
-            r#"{"apiVersion":"v1","code":404,"details":{"kind":"widgets"},"kind":"Status","message":"the server could not find the requested resource","metadata":{},"reason":"NotFound","status":"Failure"}"#
+            r#"{"apiVersion":"v1","code":404,"details":{"kind":"widgets"},"kind":"Status","message":"the server could not find the requested resource","metadata":{},"reason":"NotFound","status":"Failure"}
+"#
         );
     }
 

@@ -6,7 +6,7 @@
 
 use crate::availability::{Availability, State};
 use crate::registry::{ApiService, Registry};
-use apigw_core::body::{full, Body, BoxError};
+use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, Status};
 use apigw_core::meta;
 use bytes::Bytes;
@@ -429,16 +429,6 @@ pub fn resource_list() -> Value {
              "verbs": ["get"]}
         ]
     })
-}
-
-/// A response for a document the gateway serves itself.
-pub fn document(doc: &Value) -> Response<Body> {
-    let mut res = Response::new(full(doc.to_string()));
-    res.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    res
 }
 
 #[cfg(test)]

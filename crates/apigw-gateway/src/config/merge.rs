@@ -22,7 +22,7 @@ use apigw_core::server::LimitsSettings;
 use apigw_core::server::ServerSettings;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 /// The audit log's defaults: rotate at this many megabytes, keep this many rotated files.
@@ -41,6 +41,38 @@ struct Cx<'a> {
     warnings: Vec<String>,
 }
 
+/// `path` from the file, relative to the file's directory `base`: `config/../certs-dev/x.crt`
+/// becomes `certs-dev/x.crt`, so messages name the path a user would type. Only when both
+/// spellings reach the same place (through a symlinked directory, `..` goes elsewhere): the
+/// same file, or for a file not there yet, the same directory.
+fn in_dir(base: &Path, path: &Path) -> PathBuf {
+    let joined = base.join(path);
+    let mut clean = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::ParentDir
+                if matches!(clean.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                clean.pop();
+            }
+            Component::CurDir => {}
+            other => clean.push(other),
+        }
+    }
+    let place = |p: &Path| {
+        std::fs::canonicalize(p).ok().or_else(|| {
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+            std::fs::canonicalize(dir.unwrap_or(Path::new(".")))
+                .ok()
+                .map(|d| d.join(p.file_name().unwrap_or_default()))
+        })
+    };
+    match (place(&joined), place(&clean)) {
+        (Some(a), Some(b)) if a == b && !clean.as_os_str().is_empty() => clean,
+        _ => joined,
+    }
+}
+
 impl Cx<'_> {
     fn later(&mut self, at: String, message: String) {
         self.later.push(ConfigError { at, message });
@@ -50,7 +82,7 @@ impl Cx<'_> {
     fn path(&self, flag: &Option<PathBuf>, file: Option<PathBuf>) -> (Option<PathBuf>, bool) {
         match (flag, file) {
             (Some(p), _) => (Some(p.clone()), false),
-            (None, Some(p)) => (Some(self.base.map_or(p.clone(), |b| b.join(&p))), true),
+            (None, Some(p)) => (Some(self.base.map_or(p.clone(), |b| in_dir(b, &p))), true),
             (None, None) => (None, false),
         }
     }
@@ -639,7 +671,7 @@ fn audit(f: &AuditFlags, file: AuditFile, cx: &mut Cx) -> Option<crate::audit::S
     let from_flag = f.audit_log_path.is_some();
     let path = f.audit_log_path.clone().or(file.audit_log_path)?;
     let path = match (cx.base, !from_flag && path != "-") {
-        (Some(b), true) => b.join(&path).display().to_string(),
+        (Some(b), true) => in_dir(b, Path::new(&path)).display().to_string(),
         _ => path,
     };
     Some(crate::audit::Settings {

@@ -60,6 +60,50 @@ fn file_paths_are_relative_to_the_file_and_flags_win() {
 }
 
 #[test]
+fn paths_up_from_the_files_directory_are_named_as_a_user_types_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (conf, certs) = (dir.path().join("config"), dir.path().join("certs"));
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::create_dir(&certs).unwrap();
+    touch(&certs, "s.crt");
+    touch(&certs, "s.key");
+    let cfg = conf.join("c.yaml");
+    std::fs::write(
+        &cfg,
+        "tlsCertFile: ../certs/s.crt\ntlsPrivateKeyFile: ../certs/s.key\nclientCaFile: ../certs/ca.crt\n",
+    )
+    .unwrap();
+    let flags = Flags {
+        config: Some(cfg.clone()),
+        ..Default::default()
+    };
+    let problems = Config::load(&flags).unwrap_err();
+    let missing = certs.join("ca.crt").display().to_string();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.starts_with(&format!("{missing}: "))),
+        "{problems:?}"
+    );
+    std::fs::write(certs.join("ca.crt"), "x").unwrap();
+    assert_eq!(Config::load(&flags).unwrap().tls_cert, certs.join("s.crt"));
+
+    // Through a symlinked directory `..` is the link target's parent: the path stays as joined.
+    #[cfg(unix)]
+    {
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = elsewhere.path().join("config");
+        std::os::unix::fs::symlink(&conf, &link).unwrap();
+        let linked = Flags {
+            config: Some(link.join("c.yaml")),
+            ..Default::default()
+        };
+        let c = Config::load(&linked).unwrap();
+        assert_eq!(c.tls_cert, link.join("../certs/s.crt"));
+    }
+}
+
+#[test]
 fn problems_name_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yaml");

@@ -42,12 +42,14 @@ impl Doc {
         Self::from_text(value.to_string(), content_type)
     }
 
-    /// A document already rendered as JSON text.
-    pub fn from_text(text: String, content_type: &'static str) -> Self {
-        let bytes = Bytes::from(text);
+    /// A document already rendered as compact JSON text. Its ETag is upstream's, of the JSON
+    /// alone; the body ends in a newline, as kube-apiserver's serializer writes it.
+    pub fn from_text(mut text: String, content_type: &'static str) -> Self {
+        let etag = etag(text.as_bytes());
+        text.push('\n');
         Self {
-            etag: etag(&bytes),
-            bytes,
+            etag,
+            bytes: Bytes::from(text),
             content_type,
         }
     }
@@ -98,6 +100,8 @@ pub fn aggregated_docs(items: &[&str]) -> [Doc; 2] {
     ] {
         bytes.extend_from_slice(tail);
         hash.update(tail);
+        // After the hash, as in `Doc::from_text`.
+        bytes.push(b'\n');
     }
     [
         Doc {
@@ -469,9 +473,11 @@ mod tests {
         assert!(etag[1..129]
             .chars()
             .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
-        // The shared-prefix digests are those of the bytes served.
+        // The shared-prefix digests are those of the JSON served, as upstream's ETag is of the
+        // JSON without the newline its serializer ends the body with.
         for doc in &docs.apis {
-            assert_eq!(doc.etag, super::etag(&doc.bytes));
+            let json = doc.bytes.strip_suffix(b"\n").expect("a newline at the end");
+            assert_eq!(doc.etag, super::etag(json));
             assert!(serde_json::from_slice::<Value>(&doc.bytes).is_ok());
         }
         let beta: Value = serde_json::from_slice(&docs.apis[2].bytes).unwrap();

@@ -10,7 +10,7 @@ use crate::authn::Identity;
 use crate::discovery;
 use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
-use apigw_core::errors::{render, Status};
+use apigw_core::errors::{json_response, render, Status};
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -61,10 +61,10 @@ impl Gateway {
             }
             ["apis"] | ["apis", ""] => return discovery::serve(&req, &docs().apis),
             ["apis", GROUP] | ["apis", GROUP, ""] => {
-                return Ok(apiservices::document(&apiservices::group_document()));
+                return Ok(json_response(&apiservices::group_document()));
             }
             ["apis", GROUP, "v1"] | ["apis", GROUP, "v1", ""] => {
-                return Ok(apiservices::document(&apiservices::resource_list()));
+                return Ok(json_response(&apiservices::resource_list()));
             }
             ["apis", GROUP, "v1", rest @ ..] => return self.apiservices.handle(&req, rest),
             ["apis", group @ (reviews::AUTHN | reviews::AUTHZ), "v1", rest @ ..]

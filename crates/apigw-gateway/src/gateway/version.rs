@@ -46,7 +46,8 @@ pub fn own() -> &'static Value {
 pub fn response(delegate: Option<Bytes>) -> Response<Body> {
     let body = delegate.unwrap_or_else(|| {
         static OWN: OnceLock<Bytes> = OnceLock::new();
-        OWN.get_or_init(|| Bytes::from(own().to_string())).clone()
+        OWN.get_or_init(|| Bytes::from(apigw_core::body::json_text(own())))
+            .clone()
     });
     let mut res = Response::new(full(body));
     res.headers_mut().insert(
