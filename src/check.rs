@@ -5,8 +5,8 @@
 //! configuration `serve` would run with is called `configuration ok`. Given nothing at all, it
 //! checks `apigw dev`'s configuration when run where that is (see [`dev_default`]).
 
-use crate::config::{check_key_pairs, Checkable, Config, Flags};
-use crate::registry::{load_dir, Registry};
+use apigw_gateway::config::{check_key_pairs, Checkable, Config, Flags};
+use apigw_gateway::registry::{load_dir, Registry};
 use std::process::ExitCode;
 
 /// The configuration `check` and `doctor` use when given no setting at all: `apigw dev`'s
@@ -75,7 +75,7 @@ pub fn check(flags: &Flags) -> ExitCode {
     let mut not_checked = Vec::new();
     if serving && problems.is_empty() {
         // Everything `serve` builds before it listens, as it builds it.
-        if let Err(e) = crate::gateway::Gateway::build(&cfg, Registry::new()) {
+        if let Err(e) = apigw_gateway::gateway::Gateway::build(&cfg, Registry::new()) {
             problems.push(format!("{e:#}"));
         }
     } else {
@@ -147,7 +147,7 @@ fn files(cfg: &Config) -> Vec<String> {
         problems.push(named(Some("rbac-policy-file"), &e));
     }
     if let Some(path) = cfg.audit.as_ref().and_then(|a| a.policy_file.as_ref()) {
-        if let Err(e) = crate::audit::Policy::load(path) {
+        if let Err(e) = apigw_gateway::audit::Policy::load(path) {
             problems.push(named(Some("audit-policy-file"), &e));
         }
     }

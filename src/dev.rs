@@ -4,13 +4,13 @@
 //! APIService to the port the sample server was started on. Logs commands to try it with
 //! curl, openssl and kubectl.
 
-use crate::certs::{sync_kubeconfig, write_dev_pki, DevPkiOptions};
-use crate::config::{
+use anyhow::Context as _;
+use apigw_core::certs::{sync_kubeconfig, write_dev_pki, DevPkiOptions};
+use apigw_gateway::config::{
     check_config_file, check_key_pairs, AuthnFlags, Config, ConfigError, Flags, ProxyFlags,
     ServingFlags,
 };
-use crate::sample::{self, SampleConfig};
-use anyhow::Context as _;
+use apigw_sample::SampleConfig;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -133,13 +133,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let stop = async move {
             let _ = sample_stop.wait_for(|s| *s).await;
         };
-        sample::run(sample_listener, sample_cfg, stop).await
+        apigw_sample::run(sample_listener, sample_cfg, stop).await
     });
     tracing::info!(
         "gateway on {url}; sample server wardle.example.com/v1alpha1 on {sample_addr} behind it, as {SAMPLE_SERVICE}:443"
     );
     log_try_lines(certs, &url);
-    let result = crate::gateway::run(cfg, listener, crate::shutdown_signal()).await;
+    let result = apigw_gateway::gateway::run(cfg, listener, apigw_core::shutdown_signal()).await;
     let _ = stop_tx.send(true);
     sample.await.context("sample server task")??;
     result

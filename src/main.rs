@@ -5,7 +5,7 @@
 mod logging;
 
 use anyhow::Context as _;
-use apigw::config::{Config, Flags};
+use apigw_gateway::config::{Config, Flags};
 use clap::{Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -62,7 +62,7 @@ enum CertsCommand {
         force: bool,
     },
     /// Show certificates, chains, CSRs or a base64 caBundle, with warnings.
-    Inspect(apigw::certs::inspect::InspectArgs),
+    Inspect(apigw_core::certs::inspect::InspectArgs),
 }
 
 #[derive(clap::Args)]
@@ -180,25 +180,14 @@ fn main() -> ExitCode {
             _ => {}
         }
     }
-    apigw::tls::install_default_provider();
-    raise_fd_limit();
+    apigw_core::tls::install_default_provider();
+    apigw_core::server::raise_fd_limit();
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Raises the open-file limit to its hard maximum, as Go programs do at start: a front door
-/// holds a connection per client and per proxied watch.
-fn raise_fd_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        let _ = setrlimit(Resource::Nofile, limit);
     }
 }
 
@@ -228,7 +217,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 let listener = tokio::net::TcpListener::bind(cfg.server.listen)
                     .await
                     .with_context(|| format!("listening on {}", cfg.server.listen))?;
-                apigw::gateway::run(cfg, listener, apigw::shutdown_signal()).await
+                apigw_gateway::gateway::run(cfg, listener, apigw_core::shutdown_signal()).await
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -236,7 +225,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => Ok(runtime()?.block_on(apigw::doctor::command(args))),
         Command::Certs {
             command: CertsCommand::Inspect(args),
-        } => Ok(if apigw::certs::inspect::run(&args) {
+        } => Ok(if apigw_core::certs::inspect::run(&args) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -244,7 +233,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Certs {
             command: CertsCommand::Dev { out, force },
         } => {
-            let report = apigw::certs::write_dev_pki(&apigw::certs::DevPkiOptions {
+            let report = apigw_core::certs::write_dev_pki(&apigw_core::certs::DevPkiOptions {
                 out: out.clone(),
                 force,
                 gateway_url: "https://127.0.0.1:8443".into(),
@@ -253,7 +242,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::SampleApiserver(args) => {
-            if let Err(problem) = apigw::config::check_key_pair(
+            if let Err(problem) = apigw_gateway::config::check_key_pair(
                 "tls-cert-file",
                 "tls-private-key-file",
                 &args.tls_cert_file,
@@ -263,9 +252,9 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
             let addr = SocketAddr::new(args.bind_address, args.secure_port);
-            let cfg = apigw::sample::SampleConfig {
+            let cfg = apigw_sample::SampleConfig {
                 allowed_names: args.requestheader_allowed_names,
-                ..apigw::sample::SampleConfig::new(
+                ..apigw_sample::SampleConfig::new(
                     args.tls_cert_file,
                     args.tls_private_key_file,
                     args.requestheader_client_ca_file,
@@ -276,7 +265,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     .await
                     .with_context(|| format!("listening on {addr}"))?;
                 tracing::info!(%addr, "sample-apiserver serving wardle.example.com/v1alpha1");
-                apigw::sample::run(listener, cfg, apigw::shutdown_signal()).await
+                apigw_sample::run(listener, cfg, apigw_core::shutdown_signal()).await
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -292,7 +281,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
 fn config_or_print(flags: &Flags) -> Option<Config> {
     let problems = match Config::load(flags) {
         Ok(cfg) => {
-            let problems = apigw::config::check_key_pairs(&cfg);
+            let problems = apigw_gateway::config::check_key_pairs(&cfg);
             if problems.is_empty() {
                 return Some(cfg);
             }

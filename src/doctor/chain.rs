@@ -5,8 +5,8 @@
 //! right CA is reported as expired, not as untrusted.
 
 use super::report::Step;
-use crate::certs::describe::{describe_cert, CertInfo, Place, EXPIRY_WARNING_DAYS};
-use crate::certs::inspect::cert_lines;
+use apigw_core::certs::describe::{describe_cert, CertInfo, Place, EXPIRY_WARNING_DAYS};
+use apigw_core::certs::inspect::cert_lines;
 use rustls::client::{verify_server_cert_signed_by_trust_anchor, verify_server_name};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
@@ -138,10 +138,10 @@ fn verify_chain(
     roots: &[CertificateDer<'static>],
     now: UnixTime,
 ) -> Result<(), TlsError> {
-    let store = crate::tls::root_store(roots, "trusted CAs")
+    let store = apigw_core::tls::root_store(roots, "trusted CAs")
         .map_err(|e| TlsError::General(e.to_string()))?;
     let parsed = ParsedCertificate::try_from(leaf)?;
-    let algs = crate::tls::provider().signature_verification_algorithms;
+    let algs = apigw_core::tls::provider().signature_verification_algorithms;
     verify_server_cert_signed_by_trust_anchor(&parsed, &store, intermediates, now, algs.all)
 }
 

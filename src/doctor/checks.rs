@@ -9,8 +9,8 @@ use super::probe;
 use super::recipes::{self, Target};
 use super::report::{ServiceReport, Step};
 use super::Ctx;
-use crate::certs::describe::{describe_cert, Place};
-use crate::registry::{ApiService, ServiceRef};
+use apigw_core::certs::describe::{describe_cert, Place};
+use apigw_gateway::registry::{ApiService, ServiceRef};
 use rustls::pki_types::CertificateDer;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -74,7 +74,7 @@ fn bundle_certs(svc: &ApiService) -> Result<Vec<CertificateDer<'static>>, Step> 
     if svc.ca_bundle.is_empty() {
         return Ok(Vec::new());
     }
-    crate::tls::parse_certs(&svc.ca_bundle, "spec.caBundle").map_err(|e| {
+    apigw_core::tls::parse_certs(&svc.ca_bundle, "spec.caBundle").map_err(|e| {
         Step::failed(
             "ca-bundle",
             "InvalidCaBundle",

@@ -18,9 +18,9 @@ pub mod report;
 
 pub use report::{Recipe, Report, ServiceReport, Status, Step};
 
-use crate::certs::inspect::OutputFormat;
-use crate::config::{Config, Flags};
-use crate::registry::{load_dir, parse_manifest, ApiService};
+use apigw_core::certs::inspect::OutputFormat;
+use apigw_gateway::config::{Config, Flags};
+use apigw_gateway::registry::{load_dir, parse_manifest, ApiService};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -133,14 +133,14 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
 
 /// What every walk shares: the gateway's resolver, trust fallback and client certificate.
 pub struct Ctx {
-    pub resolver: crate::proxy::Resolver,
+    pub resolver: apigw_gateway::proxy::Resolver,
     pub timeout: std::time::Duration,
     /// CAs for APIServices without a caBundle, and how to name them.
     pub default_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
     pub default_roots_name: String,
     /// The file behind `default_roots` (`--service-ca-file`), for the printed commands.
     pub default_ca_file: Option<PathBuf>,
-    pub proxy_cert: Option<crate::tls::ProxyClientCert>,
+    pub proxy_cert: Option<apigw_core::tls::ProxyClientCert>,
     pub proxy_paths: Option<(PathBuf, PathBuf)>,
     /// Where caBundles are written for the printed commands.
     pub ca_dir: PathBuf,
@@ -150,7 +150,7 @@ pub struct Ctx {
 fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
     let (default_roots, default_roots_name) = match &cfg.proxy.service_ca {
         Some(path) => (
-            crate::tls::load_certs(path).map_err(|e| {
+            apigw_core::tls::load_certs(path).map_err(|e| {
                 Step::failed(
                     "service-ca-file",
                     "Unreadable",
@@ -170,9 +170,9 @@ fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
         .proxy
         .proxy_client
         .as_ref()
-        .and_then(|(crt, key)| crate::tls::ReloadingCert::load(crt, key).ok());
+        .and_then(|(crt, key)| apigw_core::tls::ReloadingCert::load(crt, key).ok());
     Ok(Ctx {
-        resolver: crate::proxy::Resolver::new(cfg.proxy.resolve.clone()),
+        resolver: apigw_gateway::proxy::Resolver::new(cfg.proxy.resolve.clone()),
         timeout: cfg.availability.timeout,
         default_roots,
         default_roots_name,

@@ -4,8 +4,8 @@
 //! serverAuth for serving, clientAuth for the proxy client.
 
 use super::report::Step;
-use crate::certs::describe::{describe_cert, CertInfo, Place, EXPIRY_WARNING_DAYS};
-use crate::config::Config;
+use apigw_core::certs::describe::{describe_cert, CertInfo, Place, EXPIRY_WARNING_DAYS};
+use apigw_gateway::config::Config;
 use std::path::Path;
 
 /// Steps for the serving and the proxy client certificate of `cfg`.
@@ -52,7 +52,7 @@ impl Role {
 
 fn pair_step(check: &'static str, crt: &Path, key: &Path, role: Role) -> Step {
     let file = crt.display().to_string();
-    let chain = match crate::tls::load_certs(crt) {
+    let chain = match apigw_core::tls::load_certs(crt) {
         Ok(chain) => chain,
         Err(e) => {
             return Step::failed(
@@ -95,9 +95,9 @@ fn key_matches(
         "use the key {} was issued for (or reissue both together)",
         crt.display()
     );
-    let der = crate::tls::load_key(key)
+    let der = apigw_core::tls::load_key(key)
         .map_err(|e| Step::failed(check, "Unreadable", e.to_string(), fix.clone()))?;
-    let signing = crate::tls::provider()
+    let signing = apigw_core::tls::provider()
         .key_provider
         .load_private_key(der)
         .map_err(|e| {

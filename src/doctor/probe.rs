@@ -3,7 +3,7 @@
 //! also records the chain the backend served, so a failed handshake can still be explained
 //! certificate by certificate. Then one HTTP/1.1 GET as `system:kube-aggregator`.
 
-use crate::tls::{provider, ProxyClientCert, TlsError};
+use apigw_core::tls::{provider, ProxyClientCert, TlsError};
 use bytes::Bytes;
 use http::{header, Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Limited};
@@ -74,7 +74,7 @@ pub fn webpki_verifier(
     roots: &[CertificateDer<'static>],
     what: &str,
 ) -> Result<Arc<WebPkiServerVerifier>, TlsError> {
-    let store = crate::tls::root_store(roots, what)?;
+    let store = apigw_core::tls::root_store(roots, what)?;
     WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider())
         .build()
         .map_err(|e| TlsError::Invalid {
@@ -115,7 +115,7 @@ impl ProbeError {
     fn from_error(e: &(dyn StdError + 'static)) -> Self {
         match find_rustls(e) {
             Some(tls) => Self::Tls(tls.clone()),
-            None => Self::Other(chain_text(e)),
+            None => Self::Other(apigw_core::errors::chain(e)),
         }
     }
 }
@@ -137,17 +137,6 @@ fn find_rustls<'a>(mut e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Er
     }
 }
 
-fn chain_text(e: &(dyn StdError + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        next = cause.source();
-    }
-    text
-}
-
 /// What a handshake produced: the chain served (even when verification failed) and the stream.
 pub struct Handshake {
     pub chain: Vec<CertificateDer<'static>>,
@@ -164,7 +153,7 @@ pub async fn handshake(
 ) -> Handshake {
     let inner: Arc<dyn ServerCertVerifier> = match verifier {
         Some(v) => v,
-        None => crate::tls::any_server_cert(),
+        None => apigw_core::tls::any_server_cert(),
     };
     let recorder = Arc::new(Recorder {
         inner,

@@ -57,7 +57,7 @@ async fn setup() -> Setup {
     );
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     cfg.proxy.drop_groups = vec!["system:masters".into()];
     let gw = w.gateway(cfg).await;
@@ -282,7 +282,7 @@ async fn every_request_leaves_an_audit_event_and_the_policy_can_silence_some() {
     .unwrap();
     let log = w.pki.path("audit.log");
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.audit = Some(apigw::audit::Settings {
+    cfg.audit = Some(apigw_gateway::audit::Settings {
         path: log.display().to_string(),
         max_size_bytes: 1 << 20,
         max_backups: 1,

@@ -5,11 +5,11 @@
 
 use crate::support::kube_api::KubeApi;
 use crate::support::{eventually, Pki};
-use apigw::authn::Identity;
-use apigw::authz::Attributes;
-use apigw::availability::{Condition, State};
-use apigw::cluster::{self, lease::LeaseSettings, services::RoutingMode};
-use apigw::registry::Registry;
+use apigw_gateway::authn::Identity;
+use apigw_gateway::authz::Attributes;
+use apigw_gateway::availability::{Condition, State};
+use apigw_gateway::cluster::{self, lease::LeaseSettings, services::RoutingMode};
+use apigw_gateway::registry::Registry;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -64,9 +64,12 @@ async fn kubectl_gets_applies_and_watches_against_the_test_server() {
     let manifest = pki.path("wardle.yaml");
     let (pki, api) = tokio::task::spawn_blocking(move || {
         let write = |priority: i64| {
-            let doc =
-                apigw::yaml::to_string(&apiservice("wardle.example.com", "v1alpha1", priority))
-                    .unwrap();
+            let doc = apigw_core::yaml::to_string(&apiservice(
+                "wardle.example.com",
+                "v1alpha1",
+                priority,
+            ))
+            .unwrap();
             std::fs::write(&manifest, doc).unwrap();
         };
         write(15);
@@ -302,7 +305,7 @@ async fn subject_access_reviews_allow_deny_and_cache() {
     let alice = Identity::new("alice", vec![]);
     assert!(!reviewer.review(&alice, &list).await.unwrap().allowed);
     assert_eq!(
-        apigw::authz::forbidden_message(&alice, &list),
+        apigw_gateway::authz::forbidden_message(&alice, &list),
         "flunders.wardle.example.com is forbidden: User \"alice\" cannot list resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"y\""
     );
 }

@@ -36,12 +36,12 @@ async fn a_cluster_mode_gateway_serves_what_the_cluster_says() {
 
     let mut cfg = w.config(&[]);
     cfg.apiservice_dir = None;
-    cfg.cluster = Some(apigw::config::Cluster {
+    cfg.cluster = Some(apigw_gateway::config::Cluster {
         kubeconfig: Some(api.kubeconfig.clone()),
         aggregator_routing: true,
-        leader_election: apigw::config::LeaderElection::default(),
+        leader_election: apigw_gateway::config::LeaderElection::default(),
     });
-    cfg.authz.modes = vec![apigw::config::AuthzMode::Webhook];
+    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Webhook];
     let gw = w.gateway(cfg).await;
 
     let dora = |path: &str| {
@@ -180,10 +180,10 @@ impl Replicas {
     async fn gateway(&self, name: &str, lease_duration: Duration) -> support::Gateway {
         let mut cfg = self.w.config(&[]);
         cfg.apiservice_dir = None;
-        cfg.cluster = Some(apigw::config::Cluster {
+        cfg.cluster = Some(apigw_gateway::config::Cluster {
             kubeconfig: Some(self.api.kubeconfig_as(name)),
             aggregator_routing: true,
-            leader_election: apigw::config::LeaderElection {
+            leader_election: apigw_gateway::config::LeaderElection {
                 lease_duration,
                 renew_deadline: lease_duration.mul_f64(0.66),
                 retry_period: Duration::from_millis(300),

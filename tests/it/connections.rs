@@ -26,23 +26,24 @@ const SETTINGS: &[u8] = &[0, 0, 0, 0x4, 0, 0, 0, 0, 0];
 /// the defaults (30 s, 90 s) an unfixed gateway would fall back on, or never.
 const CLOSED_WITHIN: Duration = Duration::from_secs(10);
 
-async fn setup(tweak: impl FnOnce(&mut apigw::config::Config)) -> support::Single {
+async fn setup(tweak: impl FnOnce(&mut apigw_gateway::config::Config)) -> support::Single {
     World::single(tweak).await
 }
 
 fn tls_config(s: &support::Single, alpn: &[u8], cert: Option<&str>) -> Arc<rustls::ClientConfig> {
     let p = |n: &str| s.w.pki.path(n);
     let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let builder = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
+            .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots);
     let mut tls = match cert {
         Some(cert) => builder
             .with_client_auth_cert(
-                apigw::tls::load_certs(&p(&format!("{cert}.crt"))).unwrap(),
-                apigw::tls::load_key(&p(&format!("{cert}.key"))).unwrap(),
+                apigw_core::tls::load_certs(&p(&format!("{cert}.crt"))).unwrap(),
+                apigw_core::tls::load_key(&p(&format!("{cert}.key"))).unwrap(),
             )
             .unwrap(),
         None => builder.with_no_client_auth(),

@@ -11,7 +11,7 @@
 use crate::support;
 
 use crate::support::{eventually, World};
-use apigw::sample::{SampleConfig, SampleServer};
+use apigw_sample::{SampleConfig, SampleServer};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -72,7 +72,9 @@ fn access_lines(path: &str) -> Vec<String> {
 }
 
 /// A gateway in front of the sample server (`wardle.example.com`), configured by `tweak`.
-async fn sample_stack(tweak: impl FnOnce(&mut apigw::config::Config)) -> (World, support::Gateway) {
+async fn sample_stack(
+    tweak: impl FnOnce(&mut apigw_gateway::config::Config),
+) -> (World, support::Gateway) {
     logs();
     let world = World::new();
     world
@@ -113,14 +115,15 @@ async fn sample_stack(tweak: impl FnOnce(&mut apigw::config::Config)) -> (World,
 fn alice_tls(world: &World, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
     let p = |n: &str| world.pki.path(n);
     let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
+            .unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_client_auth_cert(
-            apigw::tls::load_certs(&p("alice.crt")).unwrap(),
-            apigw::tls::load_key(&p("alice.key")).unwrap(),
+            apigw_core::tls::load_certs(&p("alice.crt")).unwrap(),
+            apigw_core::tls::load_key(&p("alice.key")).unwrap(),
         )
         .unwrap();
     tls.alpn_protocols = vec![alpn.to_vec()];
@@ -358,7 +361,7 @@ async fn an_abandoned_request_is_logged_and_audited() {
     let log = dir.path().join("audit.log");
     let audit_path = log.display().to_string();
     let support::Single { w, gw, echo: _echo } = World::single(move |cfg| {
-        cfg.audit = Some(apigw::audit::Settings {
+        cfg.audit = Some(apigw_gateway::audit::Settings {
             path: audit_path,
             max_size_bytes: 1 << 20,
             max_backups: 1,

@@ -362,7 +362,7 @@ async fn delegate_groups_are_merged_into_apis_and_api_is_the_delegates() {
         &w.addon_ca,
     );
     let mut cfg = w.config(&[(&echo, echo.addr), (&main, main.addr)]);
-    cfg.proxy.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),
@@ -485,7 +485,7 @@ async fn a_legacy_only_delegate_is_merged_from_its_resource_lists() {
         );
     }
     let mut cfg = w.config(&[(&main, main.addr)]);
-    cfg.proxy.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),

@@ -7,8 +7,8 @@
 use crate::support;
 
 use crate::support::World;
-use apigw::config::Config;
 use apigw::doctor::{Options, Report, Status, Step};
+use apigw_gateway::config::Config;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use time::{Duration, OffsetDateTime};
@@ -512,7 +512,7 @@ async fn readme_troubleshooting_commands_work_against_the_dev_setup() {
     support::init();
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
-    apigw::certs::write_dev_pki(&apigw::certs::DevPkiOptions {
+    apigw_core::certs::write_dev_pki(&apigw_core::certs::DevPkiOptions {
         out: root.join("certs-dev"),
         ..Default::default()
     })
@@ -522,16 +522,16 @@ async fn readme_troubleshooting_commands_work_against_the_dev_setup() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let certs = root.join("certs-dev");
-    let cfg = apigw::sample::SampleConfig {
+    let cfg = apigw_sample::SampleConfig {
         allowed_names: vec!["front-proxy-client".into()],
-        ..apigw::sample::SampleConfig::new(
+        ..apigw_sample::SampleConfig::new(
             certs.join("wardle.crt"),
             certs.join("wardle.key"),
             certs.join("front-proxy-ca.crt"),
         )
     };
     let (_stop, stop) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(apigw::sample::run(listener, cfg, async {
+    tokio::spawn(apigw_sample::run(listener, cfg, async {
         let _ = stop.await;
     }));
     copy_config(root, &addr);

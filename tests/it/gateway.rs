@@ -418,7 +418,7 @@ async fn the_delegate_by_impersonation_gets_the_gateways_token_and_impersonate_h
     let token = w.pki.path("delegate-token");
     std::fs::write(&token, "gw-token-1\n").unwrap();
     let mut cfg = w.config(&[(&main, main.addr)]);
-    cfg.proxy.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),

@@ -21,7 +21,7 @@ struct Setup {
     echo: support::Echo,
 }
 
-async fn setup_with(tweak: impl FnOnce(&mut apigw::config::Config)) -> Setup {
+async fn setup_with(tweak: impl FnOnce(&mut apigw_gateway::config::Config)) -> Setup {
     let support::Single { w, echo, gw } = World::single(tweak).await;
     Setup { w, gw, echo }
 }
@@ -31,14 +31,15 @@ async fn setup_with(tweak: impl FnOnce(&mut apigw::config::Config)) -> Setup {
 async fn raw(s: &Setup, cert: &str, bytes: &[u8]) -> String {
     let p = |n: &str| s.w.pki.path(n);
     let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
+            .unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_client_auth_cert(
-            apigw::tls::load_certs(&p(&format!("{cert}.crt"))).unwrap(),
-            apigw::tls::load_key(&p(&format!("{cert}.key"))).unwrap(),
+            apigw_core::tls::load_certs(&p(&format!("{cert}.crt"))).unwrap(),
+            apigw_core::tls::load_key(&p(&format!("{cert}.key"))).unwrap(),
         )
         .unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -97,7 +98,7 @@ impl Gw {
             Gw::OneSlotHeld => cfg.limits.max_inflight = 1,
             Gw::ShortTimeout => cfg.limits.request_timeout = Duration::from_millis(300),
             Gw::CustomHeaders => {
-                cfg.authn.request_header = Some(apigw::config::RequestHeader {
+                cfg.authn.request_header = Some(apigw_gateway::config::RequestHeader {
                     client_ca: cfg
                         .authn
                         .client_ca
@@ -706,8 +707,9 @@ async fn a_slow_head_is_cut_off_and_guessing_tokens_gets_nothing() {
     // Slowloris: the head never completes; the gateway closes the connection on its own.
     let p = |n: &str| s.w.pki.path(n);
     let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
+            .unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)

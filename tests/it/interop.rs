@@ -109,7 +109,7 @@ async fn stack(opts: GoOpts) -> Stack {
     stack_with(opts, |_| {}).await
 }
 
-async fn stack_with(opts: GoOpts, tweak: impl FnOnce(&mut apigw::config::Config)) -> Stack {
+async fn stack_with(opts: GoOpts, tweak: impl FnOnce(&mut apigw_gateway::config::Config)) -> Stack {
     let world = World::new();
     let addon = GoAddon::start(&world, opts).await;
     addon.register(&world);
@@ -195,15 +195,15 @@ impl Stack {
     /// Alice's TLS settings for the gateway, offering `alpn`.
     fn tls(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let p = |n: &str| self.world.pki.path(n);
-        let cas = apigw::tls::load_certs(&p("ca.crt")).unwrap();
-        let roots = apigw::tls::root_store(&cas, "gateway CA").unwrap();
-        let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        let cas = apigw_core::tls::load_certs(&p("ca.crt")).unwrap();
+        let roots = apigw_core::tls::root_store(&cas, "gateway CA").unwrap();
+        let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)
             .with_client_auth_cert(
-                apigw::tls::load_certs(&p("alice.crt")).unwrap(),
-                apigw::tls::load_key(&p("alice.key")).unwrap(),
+                apigw_core::tls::load_certs(&p("alice.crt")).unwrap(),
+                apigw_core::tls::load_key(&p("alice.key")).unwrap(),
             )
             .unwrap();
         tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();

@@ -47,14 +47,15 @@ async fn alice_tls(
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let p = |n: &str| world.pki.path(n);
     let roots =
-        apigw::tls::root_store(&apigw::tls::load_certs(&p("ca.crt")).unwrap(), "ca").unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
+            .unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
         .with_client_auth_cert(
-            apigw::tls::load_certs(&p("alice.crt")).unwrap(),
-            apigw::tls::load_key(&p("alice.key")).unwrap(),
+            apigw_core::tls::load_certs(&p("alice.crt")).unwrap(),
+            apigw_core::tls::load_key(&p("alice.key")).unwrap(),
         )
         .unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -205,7 +206,7 @@ async fn a_go_delegate_gets_unclaimed_paths_with_host_and_upgrades() {
     .await;
     let mut cfg = world.config(&[]);
     addon.resolve(&mut cfg);
-    cfg.proxy.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
         host: host.into(),
         port: 443,
         ca_file: Some(world.pki.path("addon-ca.crt")),

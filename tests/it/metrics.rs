@@ -339,7 +339,7 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let metrics_addr = unused_addr();
     let mut cfg = w.config(&[(&echo, echo.addr), (&dead, dead.addr)]);
-    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     cfg.availability.interval = Duration::from_millis(300);
     cfg.metrics_listen = Some(metrics_addr);
@@ -479,6 +479,46 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
     }
 }
 
+/// The metrics listener is the main port's serve loop in plain HTTP: a scraper that sends half
+/// a head is cut at the head deadline (the old loop of its own had none), and a path other
+/// than the metrics and health endpoints is a 404 `kind: Status`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_listener_keeps_the_main_ports_deadlines() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let w = World::new();
+    let metrics_addr = unused_addr();
+    let mut cfg = w.config(&[]);
+    cfg.metrics_listen = Some(metrics_addr);
+    cfg.server.header_read_timeout = Duration::from_millis(300);
+    let _gw = w.gateway(cfg).await;
+
+    let mut tcp = tokio::net::TcpStream::connect(metrics_addr).await.unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: scraper\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "a half head held the metrics connection open for 10 s"
+    );
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    let mut tcp = tokio::net::TcpStream::connect(metrics_addr).await.unwrap();
+    tcp.write_all(b"GET /apis HTTP/1.1\r\nHost: scraper\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).await.unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+    assert!(text.contains("\"kind\":\"Status\""), "{text}");
+}
+
 /// With anonymous authentication on, anyone is `system:anonymous`: a request the gateway
 /// refuses for that user is counted as an unauthenticated one, without labels from its path.
 #[tokio::test(flavor = "multi_thread")]
@@ -498,7 +538,7 @@ async fn refused_anonymous_requests_name_no_labels_after_their_path() {
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
     cfg.authn.anonymous = true;
-    cfg.authz.modes = vec![apigw::config::AuthzMode::Rbac];
+    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     let gw = w.gateway(cfg).await;
     let anon = w.client(None);

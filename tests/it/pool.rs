@@ -143,7 +143,7 @@ async fn watches_balance_by_in_flight_requests_over_h2() {
 async fn watches_open_another_h2_connection_past_the_stream_cap() {
     let s = World::single(|_| {}).await;
     let mut send = s.w.client(Some("alice")).h2_connection(s.gw.addr).await;
-    let n = 2 * apigw::proxy::STREAMS_PER_CONN + 50;
+    let n = 2 * apigw_gateway::proxy::STREAMS_PER_CONN + 50;
     let mut open = Vec::new();
     for i in 0..n {
         open.push(watch(&mut send, &s.gw, i).await);
@@ -158,7 +158,7 @@ async fn watches_open_another_h2_connection_past_the_stream_cap() {
     }
     let mut counts: Vec<usize> = by_conn.into_values().collect();
     counts.sort_unstable();
-    let cap = apigw::proxy::STREAMS_PER_CONN;
+    let cap = apigw_gateway::proxy::STREAMS_PER_CONN;
     assert_eq!(counts, [50, cap, cap]);
     // A stream given back makes room on its connection: no new connection for the next watch.
     open.truncate(n - 10);
@@ -248,8 +248,8 @@ async fn without_workers_one_backend_connection_serves_every_client() {
 async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (crt, key) = w.pki.leaf("closer", &w.addon_ca, HOST, &[], &[HOST], true);
-    let cert = apigw::tls::ReloadingCert::load(&crt, &key).unwrap();
-    let mut tls = apigw::tls::server_config(cert, None).unwrap();
+    let cert = apigw_core::tls::ReloadingCert::load(&crt, &key).unwrap();
+    let mut tls = apigw_core::tls::server_config(cert, None).unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -438,7 +438,7 @@ async fn version_is_the_delegates_while_it_answers() {
         .documents
         .insert("/version".into(), cluster.clone());
     let mut cfg = w.config(&[(&main, main.addr)]);
-    cfg.proxy.delegate = Some(apigw::config::Delegate {
+    cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
         host: main.host.clone(),
         port: 443,
         ca_file: Some(w.pki.path("addon-ca.crt")),

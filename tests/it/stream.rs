@@ -7,7 +7,7 @@ use crate::support;
 
 use crate::support::exec::{Exec, V4, V5};
 use crate::support::World;
-use apigw::sample::{SampleConfig, SampleServer, SampleStats};
+use apigw_sample::{SampleConfig, SampleServer, SampleStats};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -86,7 +86,10 @@ async fn stack_with(delegate: bool) -> Stack {
     stack_configured(delegate, |_| {}).await
 }
 
-async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config::Config)) -> Stack {
+async fn stack_configured(
+    delegate: bool,
+    tweak: impl FnOnce(&mut apigw_gateway::config::Config),
+) -> Stack {
     let world = World::new();
     let sample = start_sample(&world).await;
     world.register(
@@ -104,7 +107,7 @@ async fn stack_configured(delegate: bool, tweak: impl FnOnce(&mut apigw::config:
         .resolve
         .insert((HOST.to_string(), 443), vec![sample.addr]);
     if delegate {
-        cfg.proxy.delegate = Some(apigw::config::Delegate {
+        cfg.proxy.delegate = Some(apigw_gateway::config::Delegate {
             host: HOST.into(),
             port: 443,
             ca_file: Some(world.pki.path("addon-ca.crt")),
@@ -143,15 +146,15 @@ impl Stack {
     /// Alice's TLS client settings, offering `alpn`.
     fn tls(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let p = |n: &str| self.world.pki.path(n);
-        let cas = apigw::tls::load_certs(&p("ca.crt")).expect("gateway CA");
-        let roots = apigw::tls::root_store(&cas, "gateway CA").expect("roots");
-        let mut tls = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        let cas = apigw_core::tls::load_certs(&p("ca.crt")).expect("gateway CA");
+        let roots = apigw_core::tls::root_store(&cas, "gateway CA").expect("roots");
+        let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
             .with_safe_default_protocol_versions()
             .expect("protocol versions")
             .with_root_certificates(roots)
             .with_client_auth_cert(
-                apigw::tls::load_certs(&p("alice.crt")).expect("alice cert"),
-                apigw::tls::load_key(&p("alice.key")).expect("alice key"),
+                apigw_core::tls::load_certs(&p("alice.crt")).expect("alice cert"),
+                apigw_core::tls::load_key(&p("alice.key")).expect("alice key"),
             )
             .expect("client auth");
         tls.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();

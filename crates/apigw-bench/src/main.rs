@@ -19,7 +19,7 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     apigw_core::tls::install_default_provider();
-    raise_fd_limit();
+    apigw_core::server::raise_fd_limit();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -33,16 +33,5 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Raises the open-file limit to its hard maximum: the watch scenarios hold thousands of
-/// connections.
-fn raise_fd_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        let _ = setrlimit(Resource::Nofile, limit);
     }
 }

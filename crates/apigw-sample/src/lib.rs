@@ -150,7 +150,7 @@ impl SampleServer {
             shutdown.await;
             stopping.send_replace(true);
         };
-        server::serve(listener, tls, make, Limits::default(), shutdown).await;
+        server::serve(listener, Some(tls), make, Limits::default(), shutdown).await;
     }
 }
 

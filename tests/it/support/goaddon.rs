@@ -13,7 +13,7 @@
 //! ```
 
 use super::{Answer, World, ANSWER_WITHIN};
-use apigw::config::Config;
+use apigw_gateway::config::Config;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
@@ -277,14 +277,17 @@ impl GoAddon {
         req: Request<Bytes>,
         with_cert: bool,
     ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
-        let roots = apigw::tls::root_store(&apigw::tls::load_certs(&self.ca)?, "addon-ca")?;
-        let builder = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        let roots =
+            apigw_core::tls::root_store(&apigw_core::tls::load_certs(&self.ca)?, "addon-ca")?;
+        let builder = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots);
         let tls = if with_cert {
             let (crt, key) = &self.proxy_cert;
-            builder
-                .with_client_auth_cert(apigw::tls::load_certs(crt)?, apigw::tls::load_key(key)?)?
+            builder.with_client_auth_cert(
+                apigw_core::tls::load_certs(crt)?,
+                apigw_core::tls::load_key(key)?,
+            )?
         } else {
             builder.with_no_client_auth()
         };

@@ -9,8 +9,8 @@ pub mod oidc;
 pub mod sample;
 pub mod upstream;
 
-use apigw::body::{full, Body};
-use apigw::config::Config;
+use apigw_core::body::{full, Body};
+use apigw_gateway::config::Config;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
 pub fn init() {
-    apigw::tls::install_default_provider();
+    apigw_core::tls::install_default_provider();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -329,7 +329,7 @@ impl World {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            apigw::gateway::run(cfg, listener, async {
+            apigw_gateway::gateway::run(cfg, listener, async {
                 let _ = rx.await;
             })
             .await
@@ -483,25 +483,25 @@ impl Echo {
         host: String,
         listener: TcpListener,
     ) -> Self {
-        let cert = apigw::tls::ReloadingCert::load(crt, key).unwrap();
-        let cas = apigw::tls::load_certs(front_proxy_ca).unwrap();
-        let verifier = apigw::tls::optional_client_verifier(&cas).unwrap();
-        let tls = Arc::new(apigw::tls::server_config(cert, Some(verifier)).unwrap());
+        let cert = apigw_core::tls::ReloadingCert::load(crt, key).unwrap();
+        let cas = apigw_core::tls::load_certs(front_proxy_ca).unwrap();
+        let verifier = apigw_core::tls::optional_client_verifier(&cas).unwrap();
+        let tls = Arc::new(apigw_core::tls::server_config(cert, Some(verifier)).unwrap());
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let log = seen.clone();
         let discovery: Arc<Mutex<EchoDiscovery>> = Arc::default();
         let docs = discovery.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(apigw::server::serve(
+        tokio::spawn(apigw_core::server::serve(
             listener,
-            tls,
-            move |conn: apigw::server::ConnInfo| {
+            Some(tls),
+            move |conn: apigw_core::server::ConnInfo| {
                 let (log, docs) = (log.clone(), docs.clone());
                 let peer_cn = conn
                     .peer_chain
                     .first()
-                    .and_then(apigw::authn::subject)
+                    .and_then(apigw_gateway::authn::subject)
                     .map(|(cn, _)| cn);
                 let remote = conn.remote;
                 move |req: Request<hyper::body::Incoming>| {
@@ -509,7 +509,7 @@ impl Echo {
                     async move { echo(req, peer_cn, remote, log, docs).await }
                 }
             },
-            apigw::server::Limits::default(),
+            apigw_core::server::Limits::default(),
             async {
                 let _ = rx.await;
             },
@@ -649,7 +649,7 @@ async fn echo(
         });
         Response::new(full(list.to_string()))
     } else if parts.uri.query().is_some_and(|q| q.contains("watch=1")) {
-        Response::new(apigw::body::stream(Hold(Some(Bytes::from(format!(
+        Response::new(apigw_core::body::stream(Hold(Some(Bytes::from(format!(
             "{entry}\n"
         ))))))
     } else if path.ends_with("/slow") {
@@ -730,16 +730,17 @@ pub fn seen_header(entry: &serde_json::Value, name: &str) -> Vec<String> {
 
 impl Client {
     pub fn new(ca: &Path, cert: Option<(PathBuf, PathBuf)>) -> Self {
-        let roots = apigw::tls::root_store(&apigw::tls::load_certs(ca).unwrap(), "ca").unwrap();
-        let builder = rustls::ClientConfig::builder_with_provider(apigw::tls::provider())
+        let roots =
+            apigw_core::tls::root_store(&apigw_core::tls::load_certs(ca).unwrap(), "ca").unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots);
         let tls = match cert {
             Some((c, k)) => builder
                 .with_client_auth_cert(
-                    apigw::tls::load_certs(&c).unwrap(),
-                    apigw::tls::load_key(&k).unwrap(),
+                    apigw_core::tls::load_certs(&c).unwrap(),
+                    apigw_core::tls::load_key(&k).unwrap(),
                 )
                 .unwrap(),
             None => builder.with_no_client_auth(),

@@ -120,7 +120,7 @@ impl Issuers {
             .unwrap()
             .signed_by(&leaf_key, &ca)
             .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(apigw::tls::provider())
+        let config = rustls::ServerConfig::builder_with_provider(apigw_core::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()

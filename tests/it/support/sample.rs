@@ -24,16 +24,16 @@ pub async fn start(namespace: Option<&str>) -> SampleGateway {
         .leaf("wardle", &world.addon_ca, host, &[], &[host], true);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sample_addr = listener.local_addr().unwrap();
-    let cfg = apigw::sample::SampleConfig {
+    let cfg = apigw_sample::SampleConfig {
         allowed_names: vec!["front-proxy-client".into()],
-        ..apigw::sample::SampleConfig::new(
+        ..apigw_sample::SampleConfig::new(
             world.pki.path("wardle.crt"),
             world.pki.path("wardle.key"),
             world.pki.path("front-proxy-ca.crt"),
         )
     };
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(apigw::sample::run(listener, cfg, async {
+    tokio::spawn(apigw_sample::run(listener, cfg, async {
         let _ = rx.await;
     }));
     world.register(

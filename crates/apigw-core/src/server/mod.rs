@@ -1,6 +1,8 @@
-//! The accept loop shared by the gateway and the sample server: TCP (refused at once past
-//! [`Limits::max_connections_per_client`]) -> TLS handshake (with a timeout; peer certificates
-//! read once per connection) -> hyper-util's auto builder serving HTTP/1.1 (with upgrades) and
+//! The one accept loop, for every listener (the gateway's, its plain-HTTP metrics listener's, the
+//! sample server's): TCP (refused at once past [`Limits::max_connections_per_client`]; accept
+//! errors such as running out of file descriptors back off instead of spinning) -> TLS
+//! handshake when the listener has TLS (with a timeout; peer certificates read once per
+//! connection) -> hyper-util's auto builder serving HTTP/1.1 (with upgrades) and
 //! HTTP/2 -> the caller's handler. Every state of a connection has a deadline ([`deadlines`]):
 //! the handshake, the first request (or HTTP/2 preface), a request head, and idle time between
 //! requests; only a connection answering a request (a watch, say) stays open without one.
@@ -44,6 +46,19 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// answer), how long it may stay quiet before it is cut: Go's HTTP/2 `goAwayTimeout`.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
+/// Raises the open-file limit to its hard maximum, as Go programs do at start: a front door
+/// holds a connection per client and per proxied watch (and the bench's watch scenarios hold
+/// thousands). Called once by each binary's `main`.
+pub fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        // Nothing to do when it cannot be raised: the soft limit stays, as before.
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
 /// What the gateway knows about a connection before the first request.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
@@ -86,13 +101,14 @@ impl Default for Limits {
     }
 }
 
-/// Serves TLS connections from `listener` until `shutdown` resolves, then drains.
+/// Serves connections from `listener` until `shutdown` resolves, then drains: over TLS with
+/// `tls`, else plain HTTP (the metrics listener, for scrapers in a trusted network).
 ///
 /// `make` is called once per connection with what the handshake revealed and returns the
 /// request handler for that connection.
 pub async fn serve<M, H, Fut>(
     listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     make: M,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
@@ -101,7 +117,7 @@ pub async fn serve<M, H, Fut>(
     H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    let acceptor = TlsAcceptor::from(tls);
+    let acceptor = tls.map(TlsAcceptor::from);
     let make = Arc::new(make);
     // Shutdown: `draining` asks every connection to finish; each holds a clone of `open`, so
     // `drained` ends once all have.
@@ -168,6 +184,21 @@ pub async fn serve<M, H, Fut>(
         let (opening, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let connection = move |tcp: TcpStream| async move {
             let _counted = (admitted, open);
+            let Some(acceptor) = acceptor else {
+                let info = ConnInfo {
+                    remote,
+                    peer_chain: Vec::new(),
+                };
+                return serve_connection(
+                    tcp,
+                    remote,
+                    make(info),
+                    &builder,
+                    &draining,
+                    (opening, idle),
+                )
+                .await;
+            };
             let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
@@ -196,49 +227,7 @@ pub async fn serve<M, H, Fut>(
                 .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                 .unwrap_or_default();
             let handler = make(ConnInfo { remote, peer_chain });
-            let activity = deadlines::Activity::new();
-            let requests = activity.clone();
-            let service = hyper::service::service_fn(move |req| {
-                let handler = handler.clone();
-                let busy = requests.begin();
-                async move {
-                    let res = handler(req).await;
-                    Ok::<_, Infallible>(res.map(|body| deadlines::Guarded::new(body, busy)))
-                }
-            });
-            let io = deadlines::Watched::new(tls, activity.clone());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            tokio::pin!(conn);
-            // Asked to close (shutdown, or quiet past its deadline): from then on, a connection
-            // quiet for CLOSE_WAIT is cut even if the client never finishes the close.
-            let mut closing: Option<tokio::time::Instant> = None;
-            loop {
-                let (first, then) = match closing {
-                    None => (opening, idle),
-                    Some(_) => (CLOSE_WAIT, CLOSE_WAIT),
-                };
-                tokio::select! {
-                    ended = conn.as_mut() => {
-                        if let Err(e) = ended {
-                            tracing::debug!(%remote, error = %e, "connection ended with an error");
-                        }
-                        break;
-                    }
-                    () = draining.cancelled(), if closing.is_none() => {
-                        conn.as_mut().graceful_shutdown();
-                        closing = Some(tokio::time::Instant::now());
-                    }
-                    () = activity.quiet_for(first, then, closing) => {
-                        if closing.is_some() {
-                            tracing::debug!(%remote, "closing connection did not finish; cut");
-                            break;
-                        }
-                        tracing::debug!(%remote, "connection quiet past its deadline; closing");
-                        conn.as_mut().graceful_shutdown();
-                        closing = Some(tokio::time::Instant::now());
-                    }
-                }
-            }
+            serve_connection(tls, remote, handler, &builder, &draining, (opening, idle)).await;
         };
         match &workers {
             Some(workers) => match tcp.into_std() {
@@ -265,6 +254,66 @@ pub async fn serve<M, H, Fut>(
             limits.closing.cancel();
             if tokio::time::timeout(Duration::from_secs(5), drained).await.is_err() {
                 tracing::warn!("closing connections that did not finish");
+            }
+        }
+    }
+}
+
+/// Serves one connection (TLS or plain) with `handler` until it ends: each state has its
+/// deadline (`opening` for the first request, `idle` between requests), and `draining` asks it
+/// to finish.
+async fn serve_connection<IO, H, Fut>(
+    io: IO,
+    remote: SocketAddr,
+    handler: H,
+    builder: &auto::Builder<cut::Executor>,
+    draining: &tokio_util::sync::CancellationToken,
+    (opening, idle): (Duration, Duration),
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let activity = deadlines::Activity::new();
+    let requests = activity.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let handler = handler.clone();
+        let busy = requests.begin();
+        async move {
+            let res = handler(req).await;
+            Ok::<_, Infallible>(res.map(|body| deadlines::Guarded::new(body, busy)))
+        }
+    });
+    let io = deadlines::Watched::new(io, activity.clone());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    // Asked to close (shutdown, or quiet past its deadline): from then on, a connection
+    // quiet for CLOSE_WAIT is cut even if the client never finishes the close.
+    let mut closing: Option<tokio::time::Instant> = None;
+    loop {
+        let (first, then) = match closing {
+            None => (opening, idle),
+            Some(_) => (CLOSE_WAIT, CLOSE_WAIT),
+        };
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(%remote, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            () = draining.cancelled(), if closing.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                closing = Some(tokio::time::Instant::now());
+            }
+            () = activity.quiet_for(first, then, closing) => {
+                if closing.is_some() {
+                    tracing::debug!(%remote, "closing connection did not finish; cut");
+                    break;
+                }
+                tracing::debug!(%remote, "connection quiet past its deadline; closing");
+                conn.as_mut().graceful_shutdown();
+                closing = Some(tokio::time::Instant::now());
             }
         }
     }

@@ -291,9 +291,32 @@ pub async fn run(
         gateway.availability.clone(),
     );
     spawn_latches(&gateway);
-    if let Some(addr) = cfg.metrics_listen {
-        routes::serve_metrics(gateway.clone(), addr).await?;
-    }
+    // The metrics listener: the same serve loop (deadlines, accept backoff, drain) in plain
+    // HTTP; it answers through the main listener's drain and stops after it.
+    let metrics_stop = tokio_util::sync::CancellationToken::new();
+    let metrics = match cfg.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("metrics listener {addr}"))?;
+            tracing::info!(%addr, "serving /metrics over plain HTTP");
+            let limits = apigw_core::server::Limits {
+                header_read_timeout: cfg.server.header_read_timeout,
+                idle_timeout: cfg.server.idle_timeout,
+                ..Default::default()
+            };
+            let g = gateway.clone();
+            let make = move |_: ConnInfo| {
+                let g = g.clone();
+                move |req| std::future::ready(routes::metrics_listener(&g, &req))
+            };
+            let stop = metrics_stop.clone().cancelled_owned();
+            Some(tokio::spawn(apigw_core::server::serve(
+                listener, None, make, limits, stop,
+            )))
+        }
+        None => None,
+    };
     tracing::info!(addr = %listener.local_addr()?, "apigw serving");
     let draining = gateway.clone();
     let delay = cfg.server.shutdown_delay;
@@ -325,7 +348,7 @@ pub async fn run(
     let g = gateway.clone();
     apigw_core::server::serve(
         listener,
-        built.tls,
+        Some(built.tls),
         move |conn: ConnInfo| {
             let service = g.service(&conn);
             move |req| service.respond(req)
@@ -334,6 +357,10 @@ pub async fn run(
         stop,
     )
     .await;
+    metrics_stop.cancel();
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     if let Some(parts) = cluster {
         // Hand the Lease over at once rather than let it expire.
         parts.elector.release().await;

@@ -14,9 +14,6 @@ use apigw_core::errors::{json_response, render, Status};
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::net::SocketAddr;
-use std::sync::Arc;
 
 impl Gateway {
     /// Phase 4 of the pipeline: the answer to an admitted request.
@@ -158,37 +155,14 @@ fn server_address(host: Option<&http::HeaderValue>) -> String {
     }
 }
 
-/// Serves `/metrics` and the health endpoints without authentication on a separate plain-HTTP
-/// address (`--metrics-bind-address`), for scrapers inside a trusted network.
-pub(super) async fn serve_metrics(gateway: Arc<Gateway>, addr: SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("metrics listener {addr}: {e}"))?;
-    tracing::info!(%addr, "serving /metrics over plain HTTP");
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
-            };
-            let g = gateway.clone();
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let g = g.clone();
-                async move {
-                    let res = match req.uri().path() {
-                        "/metrics" => Ok(g.metrics_response()),
-                        path => g.health.respond(path, req.uri().query()).ok_or_else(|| {
-                            Status::not_found("the server could not find the requested resource")
-                        }),
-                    };
-                    Ok::<_, std::convert::Infallible>(render(res))
-                }
-            });
-            tokio::spawn(async move {
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    Ok(())
+/// The metrics listener's answer (`--metrics-bind-address`, plain HTTP, no authentication, for
+/// scrapers inside a trusted network): `/metrics` and the health endpoints, nothing else.
+pub(super) fn metrics_listener(gateway: &Gateway, req: &Request<Incoming>) -> Response<Body> {
+    render(match req.uri().path() {
+        "/metrics" => Ok(gateway.metrics_response()),
+        path => gateway
+            .health
+            .respond(path, req.uri().query())
+            .ok_or_else(|| Status::not_found("the server could not find the requested resource")),
+    })
 }

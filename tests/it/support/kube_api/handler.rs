@@ -7,7 +7,7 @@ use super::resources::{discovery, find, Kind};
 use super::select::Selector;
 use super::store::{merge_patch, ApiError};
 use super::{watch, Shared};
-use apigw::body::{full, Body};
+use apigw_core::body::{full, Body};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;

@@ -146,8 +146,8 @@ impl KubeApi {
             &["localhost", "127.0.0.1"],
             true,
         );
-        let cert = apigw::tls::ReloadingCert::load(&crt, &key).unwrap();
-        let tls = Arc::new(apigw::tls::server_config(cert, None).unwrap());
+        let cert = apigw_core::tls::ReloadingCert::load(&crt, &key).unwrap();
+        let tls = Arc::new(apigw_core::tls::server_config(cert, None).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
@@ -164,15 +164,15 @@ impl KubeApi {
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();
-        let make = move |_info: apigw::server::ConnInfo| {
+        let make = move |_info: apigw_core::server::ConnInfo| {
             let s = s.clone();
             move |req| handler::handle(s.clone(), req)
         };
-        tokio::spawn(apigw::server::serve(
+        tokio::spawn(apigw_core::server::serve(
             listener,
-            tls,
+            Some(tls),
             make,
-            apigw::server::Limits::default(),
+            apigw_core::server::Limits::default(),
             async {
                 let _ = stopped.await;
             },

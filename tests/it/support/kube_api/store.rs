@@ -151,7 +151,8 @@ impl Store {
         meta["uid"] = format!("00000000-0000-4000-8000-{:012}", self.uids).into();
         meta["resourceVersion"] = self.rv.to_string().into();
         meta["generation"] = 1.into();
-        meta["creationTimestamp"] = apigw::meta::timestamp(std::time::SystemTime::now()).into();
+        meta["creationTimestamp"] =
+            apigw_core::meta::timestamp(std::time::SystemTime::now()).into();
         if kind.namespaced {
             meta["namespace"] = ns.into();
         }

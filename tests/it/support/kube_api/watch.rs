@@ -6,7 +6,7 @@
 use super::resources::Kind;
 use super::select::Selector;
 use super::store::{ApiError, Event, Store};
-use apigw::body::Body;
+use apigw_core::body::Body;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -124,7 +124,7 @@ struct ChannelBody(mpsc::Receiver<Bytes>);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = apigw::body::BoxError;
+    type Error = apigw_core::body::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
