@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# The apigw image: a build with the `dist` profile (fat LTO, see Cargo.toml) in the Rust image, run as non-root on distroless.
+# The apigw image: the product alone (no `dev` feature: no demo server, no dev PKI), built with
+# the `dist` profile (fat LTO, see Cargo.toml) in the Rust image, run as non-root on distroless.
 #   docker build -t REGISTRY/apigw:0.1.0 .
 #   docker push REGISTRY/apigw:0.1.0      # then: helm install ... --set image.repository=REGISTRY/apigw
 # The runtime image has glibc, libgcc and CA certificates (the system roots the gateway trusts for
@@ -15,7 +16,7 @@ COPY crates ./crates
 # because a cache mount is not part of the layer.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked --bin apigw \
+    cargo build --profile dist --locked --no-default-features --bin apigw \
  && install -D -m 0755 target/dist/apigw /out/apigw
 
 # Debian 12 like the builder, so the glibc the binary links against is there.

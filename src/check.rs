@@ -13,14 +13,14 @@ use std::process::ExitCode;
 /// (`config/dev.yaml`) when it and the dev PKI are in the working directory, said on stderr;
 /// else None.
 pub fn dev_default() -> Option<std::path::PathBuf> {
-    let config = std::path::Path::new(crate::dev::DEV_CONFIG);
+    let config = std::path::Path::new(crate::DEV_CONFIG);
     if !(config.is_file() && dev_pki_written()) {
         return None;
     }
     eprintln!(
         "note: no --config and no flags: using {} (apigw dev's configuration, with its PKI in {}/)",
-        crate::dev::DEV_CONFIG,
-        crate::dev::DEV_CERTS
+        crate::DEV_CONFIG,
+        crate::DEV_CERTS
     );
     Some(config.to_path_buf())
 }
@@ -28,17 +28,17 @@ pub fn dev_default() -> Option<std::path::PathBuf> {
 /// Whether the dev PKI has been written (`certs-dev/` itself is in the repository, with its
 /// README).
 fn dev_pki_written() -> bool {
-    std::path::Path::new(crate::dev::DEV_CERTS)
+    std::path::Path::new(crate::DEV_CERTS)
         .join("ca.crt")
         .is_file()
 }
 
 /// `check` given no setting and no dev configuration here: nothing to check.
 pub fn nothing_given() -> ExitCode {
-    let dev = if std::path::Path::new(crate::dev::DEV_CONFIG).is_file() {
+    let dev = if std::path::Path::new(crate::DEV_CONFIG).is_file() {
         format!(
             "; {} is here, but not its PKI: apigw dev (or apigw certs dev) writes it",
-            crate::dev::DEV_CONFIG
+            crate::DEV_CONFIG
         )
     } else {
         String::new()

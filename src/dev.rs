@@ -1,9 +1,12 @@
-//! `apigw dev`: the zero-setup local front door. Checks that the config is there, writes the dev
-//! PKI if missing, starts the sample addon server, and runs the gateway with `config/dev.yaml`,
-//! whose manifest directory registers the sample server. The gateway sends the sample's
-//! APIService to the port the sample server was started on. Logs commands to try it with
-//! curl, openssl and kubectl.
+//! The demo, behind the `dev` feature (on by default; the product image leaves it out):
+//! `apigw dev`, the zero-setup local front door, which checks that the config is there, writes
+//! the dev PKI if missing, starts the sample addon server, and runs the gateway with
+//! `config/dev.yaml`, whose manifest directory registers the sample server (the gateway sends
+//! the sample's APIService to the port the sample server was started on) and logs commands to
+//! try it with curl, openssl and kubectl; `apigw certs dev`, the dev PKI alone; and
+//! `apigw sample-apiserver`, the sample server alone.
 
+use crate::{COMMANDS_TARGET, DEV_CERTS, DEV_CONFIG};
 use anyhow::Context as _;
 use apigw_core::certs::{sync_kubeconfig, write_dev_pki, DevPkiOptions};
 use apigw_gateway::config::{
@@ -13,14 +16,11 @@ use apigw_gateway::config::{
 use apigw_sample::SampleConfig;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 /// The service the dev APIService (`config/apiservices/wardle.yaml`) names, and the name the
 /// sample server's certificate is for.
 pub const SAMPLE_SERVICE: &str = "wardle-server.wardle-namespace.svc";
-
-/// Dev mode's configuration and PKI, relative to the repository's root where it runs.
-pub const DEV_CONFIG: &str = "config/dev.yaml";
-pub const DEV_CERTS: &str = "certs-dev";
 
 /// Flags of `apigw dev`.
 #[derive(Debug, Clone, clap::Args)]
@@ -176,10 +176,6 @@ fn local_addr(listen: SocketAddr) -> SocketAddr {
     }
 }
 
-/// The log target of lines meant to be copied: the text log prints their message alone, without
-/// time or level, so each pastes into a shell as it is.
-pub const COMMANDS_TARGET: &str = "apigw::commands";
-
 /// The commands to try: one log line saying so, then each command as a line of its own, in the
 /// log's order (the text log prints [`COMMANDS_TARGET`] lines bare).
 fn log_try_lines(certs: &Path, url: &str) {
@@ -203,4 +199,76 @@ fn log_try_lines(certs: &Path, url: &str) {
     ] {
         tracing::info!(target: COMMANDS_TARGET, "{line}");
     }
+}
+
+/// Flags of `apigw certs dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CertsDevArgs {
+    /// Directory to write the CAs, certificates, keys, tokens.csv and kubeconfig into
+    /// (created if missing).
+    #[arg(long, default_value = DEV_CERTS)]
+    pub out: PathBuf,
+    /// Replace existing files: a whole new PKI (certificates and kubeconfigs made from the
+    /// old CAs stop working).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `apigw certs dev`: writes the dev PKI and says what it wrote or kept.
+pub fn certs_dev(args: &CertsDevArgs) -> anyhow::Result<ExitCode> {
+    let report = write_dev_pki(&DevPkiOptions {
+        out: args.out.clone(),
+        force: args.force,
+        gateway_url: "https://127.0.0.1:8443".into(),
+    })?;
+    println!("{}", report.summary(&args.out, "--force regenerates it"));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `apigw sample-apiserver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SampleArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_address: IpAddr,
+    #[arg(long, default_value_t = 9443)]
+    pub secure_port: u16,
+    /// Serving certificate (for wardle-server.wardle-namespace.svc).
+    #[arg(long, default_value = "certs-dev/wardle.crt")]
+    pub tls_cert_file: PathBuf,
+    #[arg(long, default_value = "certs-dev/wardle.key")]
+    pub tls_private_key_file: PathBuf,
+    /// CA of the gateway's proxy client certificate.
+    #[arg(long, default_value = "certs-dev/front-proxy-ca.crt")]
+    pub requestheader_client_ca_file: PathBuf,
+    /// Allowed proxy client CNs (comma list; empty allows any from the CA).
+    #[arg(long, value_delimiter = ',', default_value = "front-proxy-client")]
+    pub requestheader_allowed_names: Vec<String>,
+}
+
+/// `apigw sample-apiserver`: the sample addon server alone, until a signal.
+pub async fn sample_apiserver(args: SampleArgs) -> anyhow::Result<ExitCode> {
+    if let Err(problem) = apigw_gateway::config::check_key_pair(
+        "tls-cert-file",
+        "tls-private-key-file",
+        &args.tls_cert_file,
+        &args.tls_private_key_file,
+    ) {
+        eprintln!("error: {problem}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let addr = SocketAddr::new(args.bind_address, args.secure_port);
+    let cfg = SampleConfig {
+        allowed_names: args.requestheader_allowed_names,
+        ..SampleConfig::new(
+            args.tls_cert_file,
+            args.tls_private_key_file,
+            args.requestheader_client_ca_file,
+        )
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    tracing::info!(%addr, "sample-apiserver serving wardle.example.com/v1alpha1");
+    apigw_sample::run(listener, cfg, apigw_core::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -9,5 +9,15 @@
 //! use those crates by their own names.
 
 pub mod check;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod doctor;
+
+/// `apigw dev`'s configuration and PKI, relative to the repository's root where it runs;
+/// `check` and `doctor` given nothing use them too.
+pub const DEV_CONFIG: &str = "config/dev.yaml";
+pub const DEV_CERTS: &str = "certs-dev";
+
+/// The log target of lines meant to be copied (the commands `apigw dev` prints to try it): the
+/// text log prints their message alone, without time or level, so each pastes into a shell.
+pub const COMMANDS_TARGET: &str = "apigw::commands";

@@ -7,8 +7,6 @@ mod logging;
 use anyhow::Context as _;
 use apigw_gateway::config::{Config, Flags};
 use clap::{Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -25,6 +23,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Zero-setup local front door: dev PKI, gateway on 127.0.0.1:8443, sample addon server.
+    #[cfg(feature = "dev")]
     Dev(apigw::dev::DevArgs),
     /// The production gateway.
     ///
@@ -45,43 +44,17 @@ enum Command {
     /// Walk each APIService's request path; report each step with the fix; exit 1 if any failed.
     Doctor(apigw::doctor::DoctorArgs),
     /// The sample addon API server (group wardle.example.com, resource flunders).
-    SampleApiserver(SampleArgs),
+    #[cfg(feature = "dev")]
+    SampleApiserver(apigw::dev::SampleArgs),
 }
 
 #[derive(Subcommand)]
 enum CertsCommand {
     /// Write the dev PKI (never overwrites existing files unless --force).
-    Dev {
-        /// Directory to write the CAs, certificates, keys, tokens.csv and kubeconfig into
-        /// (created if missing).
-        #[arg(long, default_value = "certs-dev")]
-        out: PathBuf,
-        /// Replace existing files: a whole new PKI (certificates and kubeconfigs made from the
-        /// old CAs stop working).
-        #[arg(long)]
-        force: bool,
-    },
+    #[cfg(feature = "dev")]
+    Dev(apigw::dev::CertsDevArgs),
     /// Show certificates, chains, CSRs or a base64 caBundle, with warnings.
     Inspect(apigw_core::certs::inspect::InspectArgs),
-}
-
-#[derive(clap::Args)]
-struct SampleArgs {
-    #[arg(long, default_value = "127.0.0.1")]
-    bind_address: IpAddr,
-    #[arg(long, default_value_t = 9443)]
-    secure_port: u16,
-    /// Serving certificate (for wardle-server.wardle-namespace.svc).
-    #[arg(long, default_value = "certs-dev/wardle.crt")]
-    tls_cert_file: PathBuf,
-    #[arg(long, default_value = "certs-dev/wardle.key")]
-    tls_private_key_file: PathBuf,
-    /// CA of the gateway's proxy client certificate.
-    #[arg(long, default_value = "certs-dev/front-proxy-ca.crt")]
-    requestheader_client_ca_file: PathBuf,
-    /// Allowed proxy client CNs (comma list; empty allows any from the CA).
-    #[arg(long, value_delimiter = ',', default_value = "front-proxy-client")]
-    requestheader_allowed_names: Vec<String>,
 }
 
 /// The flags of `serve` that `check` and `doctor` list in their help; they accept every other
@@ -230,45 +203,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         } else {
             ExitCode::FAILURE
         }),
+        #[cfg(feature = "dev")]
         Command::Certs {
-            command: CertsCommand::Dev { out, force },
-        } => {
-            let report = apigw_core::certs::write_dev_pki(&apigw_core::certs::DevPkiOptions {
-                out: out.clone(),
-                force,
-                gateway_url: "https://127.0.0.1:8443".into(),
-            })?;
-            println!("{}", report.summary(&out, "--force regenerates it"));
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::SampleApiserver(args) => {
-            if let Err(problem) = apigw_gateway::config::check_key_pair(
-                "tls-cert-file",
-                "tls-private-key-file",
-                &args.tls_cert_file,
-                &args.tls_private_key_file,
-            ) {
-                eprintln!("error: {problem}");
-                return Ok(ExitCode::FAILURE);
-            }
-            let addr = SocketAddr::new(args.bind_address, args.secure_port);
-            let cfg = apigw_sample::SampleConfig {
-                allowed_names: args.requestheader_allowed_names,
-                ..apigw_sample::SampleConfig::new(
-                    args.tls_cert_file,
-                    args.tls_private_key_file,
-                    args.requestheader_client_ca_file,
-                )
-            };
-            runtime()?.block_on(async {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("listening on {addr}"))?;
-                tracing::info!(%addr, "sample-apiserver serving wardle.example.com/v1alpha1");
-                apigw_sample::run(listener, cfg, apigw_core::shutdown_signal()).await
-            })?;
-            Ok(ExitCode::SUCCESS)
-        }
+            command: CertsCommand::Dev(args),
+        } => apigw::dev::certs_dev(&args),
+        #[cfg(feature = "dev")]
+        Command::SampleApiserver(args) => runtime()?.block_on(apigw::dev::sample_apiserver(args)),
+        #[cfg(feature = "dev")]
         Command::Dev(args) => {
             runtime()?.block_on(apigw::dev::run(args))?;
             Ok(ExitCode::SUCCESS)

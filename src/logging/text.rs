@@ -63,7 +63,7 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let meta = event.metadata();
-        if meta.target() == apigw::dev::COMMANDS_TARGET {
+        if meta.target() == apigw::COMMANDS_TARGET {
             let mut message = Message(String::new());
             event.record(&mut message);
             return writeln!(writer, "{}", message.0);
