@@ -1,8 +1,8 @@
 //! HTTP and TLS basics shared by the gateway, the sample server and the bench: the streaming
-//! body type, `kind: Status` errors, TLS configs and certificate verification, the TLS accept
-//! loop with its limits and graceful drain, YAML, the API machinery the served APIs share,
-//! files that apply when they change, the dev PKI, and the shutdown signal. Depends on no other
-//! apigw crate.
+//! body type, `kind: Status` errors, TLS configs and certificate verification, the one serve
+//! loop (TLS or plain) with its limits and graceful drain, YAML, the API machinery the served
+//! APIs share, files that apply when they change, reading certificates back, the dev PKI (the
+//! `dev-pki` feature), and the shutdown signal. Depends on no other apigw crate.
 
 pub mod body;
 pub mod certs;

@@ -9,7 +9,7 @@ use super::openapi::{self, Which};
 use super::options::{Verb, WriteOptions};
 use super::store::{API_VERSION, GROUP, KIND, RESOURCE, VERSION};
 use super::table::{accepts, table, wants_table};
-use super::{exec, managed, merge_patch, watch, App, User};
+use super::{exec, managed, watch, App, User};
 use apigw_core::body::Body;
 use apigw_core::errors::{json_response, Status};
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
@@ -180,7 +180,7 @@ async fn item(
             warnings = validation.check(&mut patch)?;
             app.store.update(ns, name, opts.dry_run, |current| {
                 let mut next = current.clone();
-                merge_patch(&mut next, &patch);
+                json_patch::merge(&mut next, &patch);
                 let managed = managed::track_update(Some(current), &next, &manager, &now());
                 set_managed_fields(&mut next, managed);
                 Ok(next)

@@ -23,7 +23,6 @@ mod handler;
 mod managed;
 mod openapi;
 mod options;
-mod patch;
 pub mod store;
 mod table;
 mod watch;
@@ -32,7 +31,6 @@ mod watch;
 mod tests;
 
 pub use bench::resource_list as bench_resource_list;
-pub use patch::merge_patch;
 
 use anyhow::Context;
 use apigw_core::body::{full, Body};

@@ -22,7 +22,7 @@ mod token;
 mod x509;
 
 pub use headers::IdentityHeaders;
-pub use token::TokenFile;
+pub use token::{TokenFile, TokenFileError};
 pub use x509::{subject, CertAuthenticator, CertSources, PeerIdentity, PeerSort};
 
 use apigw_core::body::BoxError;
@@ -118,6 +118,24 @@ impl std::fmt::Debug for Authenticator {
 }
 
 impl Authenticator {
+    /// Reads the token file at `path` again and puts it in force; on error the old tokens
+    /// stay. Nothing to do when static tokens are off.
+    pub fn reload_tokens(&self, path: &std::path::Path) -> Result<(), TokenFileError> {
+        if let Some(slot) = &self.tokens {
+            slot.store(Arc::new(TokenFile::load(path)?));
+        }
+        Ok(())
+    }
+
+    /// Reads the authentication configuration at `path` again and puts its JWT issuers in
+    /// force; on error the old ones stay.
+    pub fn reload_jwt(&self, path: &std::path::Path) -> Result<(), AuthnLoadError> {
+        if let Some(issuers) = &self.jwt {
+            issuers.replace(load_jwt(path)?);
+        }
+        Ok(())
+    }
+
     /// The authenticator for front-proxy headers read with `identity_headers`, the static
     /// `tokens`, and anonymous requests when `anonymous`.
     pub fn new(

@@ -20,7 +20,7 @@ pub use health::Health;
 pub use pipeline::{GatewayService, ResponseFuture};
 
 use crate::apiservices::ApiServices;
-use crate::authn::{Attempts, Authenticator, CertAuthenticator, IdentityHeaders, TokenFile};
+use crate::authn::{Attempts, Authenticator, CertAuthenticator, IdentityHeaders};
 use crate::authz::Authorizer;
 use crate::availability::{self, Availability};
 use crate::config::Config;
@@ -125,8 +125,7 @@ impl Gateway {
             closing: closing.clone(),
             drop_groups: cfg.proxy.drop_groups.clone(),
             max_body: cfg.limits.max_request_body_bytes,
-        })
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        })?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
         let gateway = Arc::new(Self {
             registry,
@@ -291,6 +290,7 @@ pub async fn run(
         gateway.availability.clone(),
     );
     spawn_latches(&gateway);
+    spawn_pool_pruning(&gateway);
     // The metrics listener: the same serve loop (deadlines, accept backoff, drain) in plain
     // HTTP; it answers through the main listener's drain and stops after it.
     let metrics_stop = tokio_util::sync::CancellationToken::new();
@@ -423,16 +423,12 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
     const PERIOD: Duration = Duration::from_secs(2);
     for cert in certs {
         let paths = cert.paths();
-        apigw_core::reload::watch_files("certificate", paths, PERIOD, move || {
-            cert.reload().map_err(|e| e.to_string())
-        });
+        apigw_core::reload::watch_files("certificate", paths, PERIOD, move || cert.reload());
     }
     let g = gateway.clone();
     let cas = g.certs.files();
     if !cas.is_empty() {
-        apigw_core::reload::watch_files("client CA", cas, PERIOD, move || {
-            g.certs.reload().map_err(|e| e.to_string())
-        });
+        apigw_core::reload::watch_files("client CA", cas, PERIOD, move || g.certs.reload());
     }
     if let Some(path) = gateway
         .proxy
@@ -453,11 +449,7 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
     if let Some(path) = cfg.authn.token_file.clone() {
         let g = gateway.clone();
         apigw_core::reload::watch_files("token file", vec![path.clone()], PERIOD, move || {
-            let tokens = TokenFile::load(&path).map_err(|e| e.to_string())?;
-            if let Some(slot) = &g.authn.tokens {
-                slot.store(Arc::new(tokens));
-            }
-            Ok::<(), String>(())
+            g.authn.reload_tokens(&path)
         });
     }
     if let Some(path) = cfg.authn.authentication_config.clone() {
@@ -466,18 +458,13 @@ fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Con
             "authentication config",
             vec![path.clone()],
             PERIOD,
-            move || {
-                let jwt = crate::authn::load_jwt(&path)?;
-                if let Some(issuers) = &g.authn.jwt {
-                    issuers.replace(jwt);
-                }
-                Ok::<(), crate::authn::AuthnLoadError>(())
-            },
+            move || g.authn.reload_jwt(&path),
         );
     }
 }
 
-/// Releases the readiness latches and keeps backend pools in step with the registry.
+/// Releases the readiness latches as the registry loads, the first availability round ends and
+/// OpenAPI is first merged.
 fn spawn_latches(gateway: &Arc<Gateway>) {
     let g = gateway.clone();
     tokio::spawn(async move {
@@ -498,6 +485,11 @@ fn spawn_latches(gateway: &Arc<Gateway>) {
             g.health.openapi_merged.store(true, Ordering::Release);
         }
     });
+}
+
+/// Keeps the backends' connection pools in step with the registry: an APIService removed or
+/// changed drops its pool.
+fn spawn_pool_pruning(gateway: &Arc<Gateway>) {
     let g = gateway.clone();
     tokio::spawn(async move {
         let mut changes = g.registry.subscribe();

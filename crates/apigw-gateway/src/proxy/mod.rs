@@ -17,7 +17,7 @@ pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use forward::ForwardError;
 pub(crate) use headers::{decimal, dotted};
 pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
-pub use pool::STREAMS_PER_CONN;
+pub use pool::{PoolError, STREAMS_PER_CONN};
 
 use crate::authn::Identity;
 use crate::registry::ApiService;
@@ -68,21 +68,53 @@ pub struct Backend {
     impersonate_with: Option<(std::path::PathBuf, ArcSwap<HeaderValue>)>,
 }
 
+/// Why the proxy, or a backend's connection pool, could not be set up: at start-up an error
+/// that names the file or backend; on the request path the 503 it becomes.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("delegate impersonation token file {}: {why}", path.display())]
+    DelegateToken {
+        path: std::path::PathBuf,
+        #[source]
+        why: TokenProblem,
+    },
+    #[error(transparent)]
+    Tls(#[from] apigw_core::tls::TlsError),
+    #[error(transparent)]
+    Pool(#[from] pool::PoolError),
+}
+
+/// What is wrong with a token file.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenProblem {
+    #[error(transparent)]
+    Read(std::io::Error),
+    #[error("empty")]
+    Empty,
+    #[error("not a valid token")]
+    Invalid,
+}
+
+impl SetupError {
+    /// The answer to a request that needed what could not be set up.
+    fn unavailable(self) -> Status {
+        Status::service_unavailable(format!("service unavailable: {self}")).with_source(self)
+    }
+}
+
 /// `Bearer <token>` from a token file (surrounding whitespace trimmed).
-fn bearer(path: &std::path::Path) -> Result<HeaderValue, Status> {
-    let unusable = |why: String| {
-        Status::service_unavailable(format!(
-            "delegate impersonation token file {}: {why}",
-            path.display()
-        ))
+fn bearer(path: &std::path::Path) -> Result<HeaderValue, SetupError> {
+    let unusable = |why: TokenProblem| SetupError::DelegateToken {
+        path: path.to_path_buf(),
+        why,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| unusable(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| unusable(TokenProblem::Read(e)))?;
     let token = text.trim();
     if token.is_empty() {
-        return Err(unusable("empty".into()));
+        return Err(unusable(TokenProblem::Empty));
     }
     let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| unusable("not a valid token".into()))?;
+        .map_err(|_| unusable(TokenProblem::Invalid))?;
     value.set_sensitive(true);
     Ok(value)
 }
@@ -137,7 +169,7 @@ pub struct DelegateSettings {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Proxy {
-    pub fn new(settings: ProxySettings) -> Result<Self, Status> {
+    pub fn new(settings: ProxySettings) -> Result<Self, SetupError> {
         let resolver = Arc::new(settings.resolver);
         let delegate = match settings.delegate {
             Some(d) => {
@@ -187,13 +219,13 @@ impl Proxy {
 
     /// Reads the delegate's impersonation token file again; an empty or unreadable file keeps
     /// the old token.
-    pub fn reload_delegate_token(&self) -> Result<(), String> {
+    pub fn reload_delegate_token(&self) -> Result<(), SetupError> {
         if let Some((path, token)) = self
             .delegate
             .as_ref()
             .and_then(|d| d.impersonate_with.as_ref())
         {
-            token.store(Arc::new(bearer(path).map_err(|s| s.message().to_string())?));
+            token.store(Arc::new(bearer(path)?));
         }
         Ok(())
     }
@@ -257,12 +289,10 @@ impl Proxy {
             ca_bundle: svc.ca_bundle.clone(),
             insecure: svc.insecure_skip_tls_verify,
         };
-        let backend = Arc::new(Backend::new(
-            key,
-            trust,
-            self.proxy_cert.clone(),
-            self.resolver.clone(),
-        )?);
+        let backend = Arc::new(
+            Backend::new(key, trust, self.proxy_cert.clone(), self.resolver.clone())
+                .map_err(SetupError::unavailable)?,
+        );
         backends.insert(svc.name.clone(), backend.clone());
         Ok(backend)
     }
@@ -289,7 +319,7 @@ impl Backend {
         trust: Trust<'_>,
         proxy_cert: Option<ProxyClientCert>,
         resolver: Arc<Resolver>,
-    ) -> Result<Self, Status> {
+    ) -> Result<Self, SetupError> {
         let what = format!("backend {}:{}", key.host, key.port);
         let tls = |alpn: &[&[u8]]| {
             let trust = match &trust {
@@ -297,7 +327,6 @@ impl Backend {
                 Trust::Insecure => Trust::Insecure,
             };
             backend_client_config(trust, proxy_cert.clone(), alpn, &what)
-                .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))
         };
         let pool = pool::Pool::new(
             key.host.clone(),
@@ -306,8 +335,7 @@ impl Backend {
             tls(&[b"h2", b"http/1.1"])?,
             resolver.clone(),
             CONNECT_TIMEOUT,
-        )
-        .map_err(|e| Status::service_unavailable(format!("service unavailable: {e}")))?;
+        )?;
         Ok(Self {
             key,
             pool,
