@@ -44,23 +44,36 @@ async fn raw(s: &Setup, cert: &str, bytes: &[u8]) -> String {
         .unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = tokio::net::TcpStream::connect(s.gw.addr).await.unwrap();
-    let Ok(mut stream) = tokio_rustls::TlsConnector::from(Arc::new(tls))
+    let Ok(stream) = tokio_rustls::TlsConnector::from(Arc::new(tls))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
     else {
         return String::new();
     };
-    if stream.write_all(bytes).await.is_err() {
-        return String::new();
-    }
-    let mut out = Vec::new();
-    let mut buf = [0u8; 16384];
-    loop {
-        match tokio::time::timeout(QUIET, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+    // Read while writing, as a real client does: a gateway that refuses a 2 MiB head answers
+    // after 1 MiB and closes, and the answer must be read before the rest of the write fails
+    // (the close of a socket with unread bytes resets it, which may discard what was not read).
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let write = async move {
+        let _ = writer.write_all(bytes).await;
+        // Kept open, not shut down: the gateway, not the client, ends the exchange.
+        std::future::pending::<()>().await;
+    };
+    let read = async move {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 16384];
+        loop {
+            match tokio::time::timeout(QUIET, reader.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            }
         }
-    }
+        out
+    };
+    let out = tokio::select! {
+        out = read => out,
+        () = write => unreachable!("the write side waits forever"),
+    };
     String::from_utf8_lossy(&out).into_owned()
 }
 
