@@ -63,16 +63,17 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let meta = event.metadata();
-        if meta.target() == apigw::COMMANDS_TARGET {
-            let mut message = Message(String::new());
-            event.record(&mut message);
-            return writeln!(writer, "{}", message.0);
-        }
         if meta.target() != ACCESS
             || writer.has_ansi_escapes()
             || ctx.event_scope().is_some()
             || !plain(meta)
         {
+            // Off the access lines' path: a line meant to be copied is its message alone.
+            if meta.target() == apigw::COMMANDS_TARGET {
+                let mut message = Message(String::new());
+                event.record(&mut message);
+                return writeln!(writer, "{}", message.0);
+            }
             return self.full.format_event(ctx, writer, event);
         }
         let done = LINE.try_with(|line| {

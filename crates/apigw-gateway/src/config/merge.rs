@@ -45,7 +45,7 @@ struct Cx<'a> {
 /// becomes `certs-dev/x.crt`, so messages name the path a user would type. Only when both
 /// spellings reach the same place (through a symlinked directory, `..` goes elsewhere): the
 /// same file, or for a file not there yet, the same directory.
-fn in_dir(base: &Path, path: &Path) -> PathBuf {
+pub(super) fn in_dir(base: &Path, path: &Path) -> PathBuf {
     let joined = base.join(path);
     let mut clean = PathBuf::new();
     for part in joined.components() {

@@ -242,7 +242,9 @@ pub fn check_config_file(path: &Path) -> Result<(), Vec<ConfigError>> {
     let file = file::read_file(path)?;
     match file.proxy.apiservice_dir {
         Some(dir) => {
-            let dir = path.parent().map_or(dir.clone(), |b| b.join(&dir));
+            let dir = path
+                .parent()
+                .map_or(dir.clone(), |b| merge::in_dir(b, &dir));
             if dir.is_dir() {
                 Ok(())
             } else {
