@@ -29,16 +29,18 @@ pub struct RequestInfo {
 }
 
 impl RequestInfo {
-    /// What `req`, from `client` with the validated `host`, is; `timeout` bounds it unless it
-    /// is long-running.
+    /// What `req`, whose path splits into `segments`, from `client` with the validated `host`,
+    /// is; `timeout` bounds it unless it is long-running.
     pub fn of<B>(
         req: &Request<B>,
+        segments: &[&str],
         client: SocketAddr,
         host: Option<HeaderValue>,
         start: Instant,
         timeout: Duration,
     ) -> Self {
-        let attrs = Attributes::from_request(req.method(), req.uri().path(), req.uri().query());
+        let uri = req.uri();
+        let attrs = Attributes::from_segments(req.method(), uri.path(), segments, uri.query());
         let kind = RequestKind::of(req, &attrs);
         let deadline = (!kind.long_running())
             .then(|| start.checked_add(timeout))

@@ -22,11 +22,21 @@ pub struct Attributes {
 impl Attributes {
     /// Derives the attributes of `method` on `path` with `query` (without the `?`).
     pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
+        Self::from_segments(method, path, &segments(path), query)
+    }
+
+    /// As [`Self::from_request`], from the path's [`segments`], split once by the caller.
+    pub fn from_segments(
+        method: &Method,
+        path: &str,
+        segments: &[&str],
+        query: Option<&str>,
+    ) -> Self {
         let mut out = Self {
             path: path.to_string(),
             ..Self::default()
         };
-        out.verb = match out.fill(method, path, query) {
+        out.verb = match out.fill(method, segments, query) {
             Some(verb) => verb.to_string(),
             None => method.as_str().to_ascii_lowercase(),
         };
@@ -35,10 +45,15 @@ impl Attributes {
 
     /// Everything but the verb; returns the verb of a resource request with a known method
     /// (None: the lowercase method).
-    fn fill(&mut self, method: &Method, path: &str, query: Option<&str>) -> Option<&'static str> {
-        // Room for the usual depth up front: one allocation, no regrowth.
-        let mut parts: Vec<&str> = Vec::with_capacity(8);
-        parts.extend(path.trim_matches('/').split('/').filter(|p| !p.is_empty()));
+    fn fill(
+        &mut self,
+        method: &Method,
+        segments: &[&str],
+        query: Option<&str>,
+    ) -> Option<&'static str> {
+        // Empty segments (a trailing slash; the path checks refuse any other) are not read.
+        let mut parts: Vec<&str> = Vec::with_capacity(segments.len());
+        parts.extend(segments.iter().copied().filter(|p| !p.is_empty()));
         let rest = match parts.as_slice() {
             ["api", version, rest @ ..] => {
                 self.version = (*version).to_string();
@@ -96,6 +111,15 @@ impl Attributes {
             format!("{}/{}", self.resource, self.subresource)
         }
     }
+}
+
+/// The segments of `path` after its leading `/`, empty ones kept (`/apis/` is `["apis", ""]`):
+/// the one split of a request's path, read by its attributes and by its route.
+pub fn segments(path: &str) -> Vec<&str> {
+    // Room for the usual depth up front: one allocation, no regrowth.
+    let mut segments = Vec::with_capacity(8);
+    segments.extend(path.strip_prefix('/').unwrap_or(path).split('/'));
+    segments
 }
 
 /// True when the query asks for a watch (`watch=true`, `watch=1`, `watch=True` or bare `watch`).

@@ -12,7 +12,7 @@ pub mod rbac;
 mod settings;
 pub use settings::AuthzSettings;
 
-pub use attributes::Attributes;
+pub use attributes::{segments, Attributes};
 pub use rbac::PolicyError;
 
 use crate::authn::{BoxFuture, Identity};

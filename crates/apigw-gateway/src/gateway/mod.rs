@@ -1,9 +1,10 @@
 //! The front door: [`Gateway`] holds what every request may need, [`GatewayService`] runs the
-//! request pipeline (its phases are described in `pipeline`), [`routes`] decides where an
-//! admitted request goes, and [`access`] logs it. Also owns start-up ([`Gateway::build`] loads
+//! request pipeline (its phases are described in `pipeline`), [`route`] decides what a request
+//! targets, [`dispatch`] answers it, and [`access`] logs it. Also owns start-up ([`Gateway::build`] loads
 //! every file the configuration names) and the run loop with graceful shutdown ([`run`]).
 
 mod access;
+mod dispatch;
 mod health;
 mod host;
 mod limits;
@@ -11,7 +12,7 @@ mod paths;
 mod pipeline;
 mod protobuf;
 mod reviews;
-mod routes;
+mod route;
 #[cfg(test)]
 mod tests;
 mod version;
@@ -166,34 +167,6 @@ impl Gateway {
         })
     }
 
-    /// For a group version no APIService in the registry claims, true when requests for it
-    /// still go somewhere that knows its resources: a group version the gateway serves itself,
-    /// or one the delegate lists in its discovery (`/api/v1` once the delegate answered
-    /// `/api`). The request metrics take labels from the path only for these and registered
-    /// ones.
-    fn serves_unregistered(&self, group: &str, version: &str) -> bool {
-        if version == "v1"
-            && matches!(
-                group,
-                crate::apiservices::GROUP | reviews::AUTHN | reviews::AUTHZ
-            )
-        {
-            return true;
-        }
-        if self.proxy.delegate().is_none() {
-            return false;
-        }
-        let known = self.discovery.delegate.current();
-        if group.is_empty() {
-            version == "v1" && known.api.is_some()
-        } else {
-            known
-                .versions
-                .iter()
-                .any(|b| b.svc.group == group && b.svc.version == version)
-        }
-    }
-
     /// Health and version: answered without credentials, as kube-apiserver does.
     fn public<B>(&self, req: &Request<B>) -> Option<Response<Body>> {
         if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
@@ -308,7 +281,7 @@ pub async fn run(
             let g = gateway.clone();
             let make = move |_: ConnInfo| {
                 let g = g.clone();
-                move |req| std::future::ready(routes::metrics_listener(&g, &req))
+                move |req| std::future::ready(dispatch::metrics_listener(&g, &req))
             };
             let stop = metrics_stop.clone().cancelled_owned();
             Some(tokio::spawn(apigw_core::server::serve(

@@ -6,17 +6,19 @@
 //!    answered without credentials, the in-flight limits;
 //! 2. **authenticate** ([`crate::authn`]) and 3. **authorize** ([`crate::authz`]), with the
 //!    path checks of [`paths`] first;
-//! 4. **route** ([`super::routes`]): the gateway's own APIs and discovery, or a backend, where
-//!    5. the **upstream request** ([`crate::proxy`]) strips credentials and sets the identity;
+//! 4. **dispatch** ([`super::dispatch`]): the gateway's own APIs and discovery, or a backend,
+//!    where 5. the **upstream request** ([`crate::proxy`]) strips credentials and sets the
+//!    identity;
 //! 6. **log** ([`access`]): access line, audit event and metrics, however the request ends.
 //!
-//! What the request is ([`RequestInfo`]) is decided once, before authentication, and read by
-//! every phase after. A phase that fails returns a [`Status`], which [`render`] turns into the
+//! What the request is ([`RequestInfo`]) and what it targets ([`Route`]) are decided once,
+//! before authentication, from one split of its path, and read by every phase after. A phase that fails returns a [`Status`], which [`render`] turns into the
 //! response, here only.
 
+use super::route::{Route, Router};
 use super::{access, host, limits, paths, Gateway};
 use crate::authn::PeerIdentity;
-use crate::authz::{Admitted, Attributes, Refused};
+use crate::authz::{self, Admitted, Attributes, Refused};
 use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{render, Status};
@@ -116,14 +118,17 @@ impl Gateway {
         if let Some(res) = self.public(&req) {
             return res;
         }
-        let info = RequestInfo::of(&req, client, host, start, self.request_timeout);
+        let segments = authz::segments(req.uri().path());
+        let info = RequestInfo::of(&req, &segments, client, host, start, self.request_timeout);
+        let route = self.route(&segments);
+        drop(segments);
         let permit = match self.limits.admit(client.ip(), info.kind.long_running()) {
             Ok(permit) => permit,
             Err(status) => return render(Err(status)),
         };
         // 6. Log: from here on the request is logged and audited however it ends, also when
         // the client goes away before the response head (this future is then dropped).
-        let mut record = self.record(&req, info, permit);
+        let mut record = self.record(&req, info, &route, permit);
         let result = match self.admit(&req, peer, &record.info.attrs).await {
             Err(refused) => {
                 record.identity = refused.identity.map(|b| *b);
@@ -132,8 +137,8 @@ impl Gateway {
             Ok(Admitted { identity, real }) => {
                 record.real = real;
                 let identity = &*record.identity.insert(identity);
-                // 4. Route, and 5. the upstream request, within the request's deadline.
-                let routed = self.route(req, identity, &record.info);
+                // 4. Dispatch, and 5. the upstream request, within the request's deadline.
+                let routed = self.dispatch(route, req, identity, &record.info);
                 match record.info.deadline {
                     None => routed.await,
                     Some(at) => match tokio::time::timeout_at(at.into(), routed).await {
@@ -166,11 +171,31 @@ impl Gateway {
         self.authz.admit(real, req.headers(), attrs).await
     }
 
+    /// Where a request whose path splits into `segments` goes, from one registry snapshot.
+    fn route(&self, segments: &[&str]) -> Route {
+        let snapshot = self.registry.snapshot();
+        let known = self
+            .proxy
+            .delegate()
+            .map(|_| self.discovery.delegate.current());
+        let documents = || {
+            let key = (snapshot.generation, self.availability.round());
+            self.discovery.get(&snapshot, &self.availability.all(), key)
+        };
+        Router {
+            snapshot: &snapshot,
+            delegate: known.as_deref(),
+            documents: &documents,
+        }
+        .decide(segments)
+    }
+
     /// The log phase's record of a request admitted past the limits.
     fn record<B>(
         &self,
         req: &Request<B>,
         info: RequestInfo,
+        route: &Route,
         permit: limits::Permit,
     ) -> access::Record {
         // Only the audit log needs these copies.
@@ -188,19 +213,13 @@ impl Gateway {
                 .map(str::to_string),
         });
         let attrs = &info.attrs;
-        // One registry lookup serves the metrics' labels and the access line.
-        let snapshot = self.registry.snapshot();
-        let registered = (!attrs.group.is_empty())
-            .then(|| snapshot.lookup(&attrs.group, &attrs.version))
-            .flatten();
         // Only the access line names the APIService.
-        let apiservice = registered
+        let apiservice = route
+            .apiservice()
             .filter(|_| tracing::enabled!(target: "apigw::access", tracing::Level::INFO))
             .map(|service| service.name.clone());
         let metrics_verb = crate::metrics::verb(req.method(), req.headers(), attrs);
-        let served = attrs.resource_request
-            && (registered.is_some() || self.serves_unregistered(&attrs.group, &attrs.version));
-        drop(snapshot);
+        let served = attrs.resource_request && route.knows_resources();
         access::Record {
             metrics: self.metrics.clone(),
             audit,
