@@ -2,11 +2,8 @@
 //! keys, fills in the section's defaults (its `Default`), and reports problems naming the
 //! flag or the file and key. Relative paths in the file are relative to the file.
 
-use super::file::{
-    AuditFile, AuthnFile, AuthzFile, AvailabilityFile, ClusterFile, File, LimitsFile, LogFile,
-    ProxyFile, ServerFile, ServingFile,
-};
-use super::flags::{
+use super::file::File;
+use super::sections::{
     AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, Flags, LimitsFlags,
     LogFlags, ProxyFlags, ServerFlags, ServingFlags,
 };
@@ -235,7 +232,7 @@ pub(super) fn merge(
 /// The serving certificate and key, and the address to listen on.
 fn serving(
     f: &ServingFlags,
-    file: ServingFile,
+    file: ServingFlags,
     cx: &mut Cx,
 ) -> (Option<PathBuf>, Option<PathBuf>, SocketAddr) {
     let cert = cx.file("tls-cert-file", &f.tls_cert_file, file.tls_cert_file);
@@ -252,7 +249,7 @@ fn serving(
     (cert, key, listen)
 }
 
-fn authn(f: &AuthnFlags, file: AuthnFile, cx: &mut Cx) -> AuthnSettings {
+fn authn(f: &AuthnFlags, file: AuthnFlags, cx: &mut Cx) -> AuthnSettings {
     let client_ca = cx.file("client-ca-file", &f.client_ca_file, file.client_ca_file);
     let token_file = cx.file("token-auth-file", &f.token_auth_file, file.token_auth_file);
     let authentication_config = cx.file(
@@ -316,7 +313,7 @@ fn authn(f: &AuthnFlags, file: AuthnFile, cx: &mut Cx) -> AuthnSettings {
 }
 
 /// The backend settings, and the APIService manifest directory.
-fn proxy(f: &ProxyFlags, file: ProxyFile, cx: &mut Cx) -> (BackendSettings, Option<PathBuf>) {
+fn proxy(f: &ProxyFlags, file: ProxyFlags, cx: &mut Cx) -> (BackendSettings, Option<PathBuf>) {
     let proxy_cert = cx.file(
         "proxy-client-cert-file",
         &f.proxy_client_cert_file,
@@ -356,19 +353,14 @@ fn proxy(f: &ProxyFlags, file: ProxyFile, cx: &mut Cx) -> (BackendSettings, Opti
     };
     let mut resolve: BTreeMap<(String, u16), Vec<SocketAddr>> = BTreeMap::new();
     let from_flags = !f.resolve.is_empty();
-    let entries: Vec<(String, String)> = if from_flags {
-        f.resolve
-            .iter()
-            .map(|r| match r.split_once('=') {
-                Some((k, v)) => (k.to_string(), v.to_string()),
-                None => (r.clone(), String::new()),
-            })
-            .collect()
+    let entries = if from_flags {
+        &f.resolve
     } else {
-        file.resolve.into_iter().collect()
+        &file.resolve
     };
-    for (name, addr) in entries {
-        match parse_resolve(&name, &addr) {
+    for entry in entries {
+        let (name, addr) = entry.split_once('=').unwrap_or((entry, ""));
+        match parse_resolve(name, addr) {
             Ok((key, addrs)) => {
                 let list = resolve.entry(key).or_default();
                 for a in addrs {
@@ -411,7 +403,7 @@ fn proxy(f: &ProxyFlags, file: ProxyFile, cx: &mut Cx) -> (BackendSettings, Opti
 /// Cluster mode (None: off). Its Lease timing is checked either way.
 fn cluster(
     f: &ClusterFlags,
-    file: ClusterFile,
+    file: ClusterFlags,
     apiservice_dir: bool,
     cx: &mut Cx,
 ) -> Option<ClusterSettings> {
@@ -468,7 +460,7 @@ fn cluster(
     })
 }
 
-fn authz(f: &AuthzFlags, file: AuthzFile, cluster: bool, cx: &mut Cx) -> AuthzSettings {
+fn authz(f: &AuthzFlags, file: AuthzFlags, cluster: bool, cx: &mut Cx) -> AuthzSettings {
     let mut modes = Vec::new();
     for name in list(&f.authorization_mode, file.authorization_mode) {
         match AuthzMode::from_flag(&name) {
@@ -545,7 +537,7 @@ fn authz(f: &AuthzFlags, file: AuthzFile, cluster: bool, cx: &mut Cx) -> AuthzSe
 
 fn availability(
     f: &AvailabilityFlags,
-    file: AvailabilityFile,
+    file: AvailabilityFlags,
     cx: &mut Cx,
 ) -> crate::availability::Settings {
     let d = crate::availability::Settings::default();
@@ -569,7 +561,7 @@ fn availability(
     settings
 }
 
-fn limits(f: &LimitsFlags, file: LimitsFile, cx: &mut Cx) -> LimitsSettings {
+fn limits(f: &LimitsFlags, file: LimitsFlags, cx: &mut Cx) -> LimitsSettings {
     let d = LimitsSettings::default();
     LimitsSettings {
         max_inflight: f
@@ -594,7 +586,7 @@ fn limits(f: &LimitsFlags, file: LimitsFile, cx: &mut Cx) -> LimitsSettings {
     }
 }
 
-fn server(f: &ServerFlags, file: ServerFile, listen: SocketAddr, cx: &mut Cx) -> ServerSettings {
+fn server(f: &ServerFlags, file: ServerFlags, listen: SocketAddr, cx: &mut Cx) -> ServerSettings {
     let d = ServerSettings::default();
     let workers = given(f.worker_threads, file.worker_threads);
     let settings = ServerSettings {
@@ -624,7 +616,7 @@ fn server(f: &ServerFlags, file: ServerFile, listen: SocketAddr, cx: &mut Cx) ->
 }
 
 /// The log format, and the metrics listener.
-fn log(f: &LogFlags, file: LogFile, cx: &mut Cx) -> (LogSettings, Option<SocketAddr>) {
+fn log(f: &LogFlags, file: LogFlags, cx: &mut Cx) -> (LogSettings, Option<SocketAddr>) {
     let json = match given(f.log_format.clone(), file.log_format) {
         None => LogSettings::default().json,
         Some((format, in_file)) => match format.as_str() {
@@ -648,7 +640,7 @@ fn log(f: &LogFlags, file: LogFile, cx: &mut Cx) -> (LogSettings, Option<SocketA
 }
 
 /// The audit log (None: off).
-fn audit(f: &AuditFlags, file: AuditFile, cx: &mut Cx) -> Option<crate::audit::Settings> {
+fn audit(f: &AuditFlags, file: AuditFlags, cx: &mut Cx) -> Option<crate::audit::Settings> {
     let policy_file = cx.later_file(
         "audit-policy-file",
         &f.audit_policy_file,

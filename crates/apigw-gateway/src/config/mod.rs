@@ -10,8 +10,8 @@
 //! one function per section (`merge.rs`).
 
 mod file;
-mod flags;
 mod merge;
+mod sections;
 #[cfg(test)]
 mod tests;
 
@@ -21,7 +21,7 @@ pub use crate::authz::{AuthzMode, AuthzSettings};
 pub use crate::cluster::{ClusterSettings, LeaderElection};
 pub use crate::proxy::{BackendSettings, Delegate};
 pub use apigw_core::server::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
-pub use flags::{
+pub use sections::{
     AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, Flags, LimitsFlags,
     LogFlags, ProxyFlags, ServerFlags, ServingFlags,
 };

@@ -541,3 +541,48 @@ fn resolve_and_delegate_parsing() {
     );
     assert!(parse_https_url("http://x").is_err());
 }
+
+/// Every setting's help is its documentation: each flag and its file key are in a table row of
+/// `docs/configuration.md`, and the default its help names is in that row too.
+#[test]
+fn the_configuration_docs_match_the_help() {
+    use clap::{Args, Command};
+    let docs = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md"),
+    )
+    .expect("docs/configuration.md");
+    let rows: Vec<&str> = docs.lines().filter(|l| l.starts_with("| `--")).collect();
+    let command = Flags::augment_args(Command::new("serve"));
+    let mut problems = Vec::new();
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        let flag = format!("`--{long}");
+        let Some(row) = rows.iter().find(|r| {
+            let first = r.split(" | ").next().unwrap_or("");
+            first.contains(&format!("{flag}`"))
+                || first.contains(&format!("{flag}["))
+                || first.contains(&format!("{flag} "))
+        }) else {
+            if long != "config" {
+                problems.push(format!("--{long}: no row in docs/configuration.md"));
+            }
+            continue;
+        };
+        if !row.contains(&format!("`{}`", camel(long))) {
+            problems.push(format!(
+                "--{long}: its row does not name the key `{}`",
+                camel(long)
+            ));
+        }
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        if let Some((_, default)) = help.split_once("[default: ") {
+            let default = default.split([']', ';', ',']).next().unwrap_or("").trim();
+            if !row.contains(default) {
+                problems.push(format!(
+                    "--{long}: the help's default {default:?} is not in its row"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
