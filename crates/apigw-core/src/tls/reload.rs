@@ -47,6 +47,19 @@ impl ReloadingCert {
     }
 }
 
+impl crate::reload::Reload for ReloadingCert {
+    fn watched(&self) -> Vec<crate::reload::Watched> {
+        vec![crate::reload::Watched {
+            what: "certificate",
+            files: self.paths(),
+        }]
+    }
+
+    fn reload(&self, _: &str) -> Result<(), crate::body::BoxError> {
+        Ok(ReloadingCert::reload(self)?)
+    }
+}
+
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())

@@ -27,8 +27,10 @@ pub use x509::{subject, CertAuthenticator, CertSources, PeerIdentity, PeerSort};
 
 use apigw_core::body::BoxError;
 use apigw_core::errors::Status;
+use apigw_core::reload::{Reload, Watched};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
@@ -100,6 +102,8 @@ pub struct Authenticator {
     pub anonymous: bool,
     /// The authentication configuration file's JWT issuers.
     pub jwt: Option<JwtIssuers>,
+    /// The token file and the authentication configuration, read again when they change.
+    files: AuthnReloads,
     /// Set once, when cluster mode starts.
     token_review: OnceLock<Box<dyn TokenReview>>,
     attempts: Attempts,
@@ -117,7 +121,57 @@ impl std::fmt::Debug for Authenticator {
     }
 }
 
+/// The files of an [`Authenticator`] that are read again when they change.
+#[derive(Debug, Default)]
+struct AuthnReloads {
+    tokens: Option<PathBuf>,
+    authentication_config: Option<PathBuf>,
+}
+
+const TOKEN_FILE: &str = "token file";
+const AUTHENTICATION_CONFIG: &str = "authentication config";
+
+impl Reload for Authenticator {
+    fn watched(&self) -> Vec<Watched> {
+        let set = |what, path: &Option<PathBuf>| {
+            path.clone().map(|p| Watched {
+                what,
+                files: vec![p],
+            })
+        };
+        [
+            set(TOKEN_FILE, &self.files.tokens),
+            set(AUTHENTICATION_CONFIG, &self.files.authentication_config),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    fn reload(&self, what: &str) -> Result<(), BoxError> {
+        match (what, &self.files.tokens, &self.files.authentication_config) {
+            (TOKEN_FILE, Some(path), _) => Ok(self.reload_tokens(path)?),
+            (AUTHENTICATION_CONFIG, _, Some(path)) => Ok(self.reload_jwt(path)?),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Authenticator {
+    /// Watch `tokens` (the token file) and `authentication_config` for changes, as
+    /// [`Reload`] reports them.
+    pub fn reloading_from(
+        mut self,
+        tokens: Option<PathBuf>,
+        authentication_config: Option<PathBuf>,
+    ) -> Self {
+        self.files = AuthnReloads {
+            tokens,
+            authentication_config,
+        };
+        self
+    }
+
     /// Reads the token file at `path` again and puts it in force; on error the old tokens
     /// stay. Nothing to do when static tokens are off.
     pub fn reload_tokens(&self, path: &std::path::Path) -> Result<(), TokenFileError> {
@@ -148,6 +202,7 @@ impl Authenticator {
             tokens: tokens.map(arc_swap::ArcSwap::from_pointee),
             anonymous,
             jwt: None,
+            files: AuthnReloads::default(),
             token_review: OnceLock::new(),
             attempts: Attempts::default(),
         }

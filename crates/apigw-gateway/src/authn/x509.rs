@@ -4,6 +4,8 @@
 //! CN in the allowed names, marks a front proxy whose identity headers may be trusted.
 
 use super::Identity;
+use apigw_core::body::BoxError;
+use apigw_core::reload::{Reload, Watched};
 pub use apigw_core::tls::subject;
 use apigw_core::tls::{self, PeerVerifier, SwappableClientVerifier, TlsError};
 use arc_swap::ArcSwap;
@@ -137,7 +139,26 @@ impl CertAuthenticator {
             .cloned()
             .collect()
     }
+}
 
+impl Reload for CertAuthenticator {
+    fn watched(&self) -> Vec<Watched> {
+        let files = self.files();
+        if files.is_empty() {
+            return Vec::new();
+        }
+        vec![Watched {
+            what: "client CA",
+            files,
+        }]
+    }
+
+    fn reload(&self, _: &str) -> Result<(), BoxError> {
+        Ok(CertAuthenticator::reload(self)?)
+    }
+}
+
+impl CertAuthenticator {
     /// For the serving TLS config: None when no client CA is configured.
     pub fn handshake_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
         self.handshake

@@ -18,6 +18,7 @@ pub use rbac::PolicyError;
 use crate::authn::{BoxFuture, Identity};
 use apigw_core::body::BoxError;
 use apigw_core::errors::Status;
+use apigw_core::reload::{Reload, Watched};
 use arc_swap::ArcSwap;
 use http::HeaderMap;
 use rbac::Policy;
@@ -107,6 +108,22 @@ impl std::fmt::Debug for Authorizer {
     }
 }
 
+impl Reload for Authorizer {
+    fn watched(&self) -> Vec<Watched> {
+        self.policy_file()
+            .map(|p| Watched {
+                what: "RBAC policy",
+                files: vec![p.clone()],
+            })
+            .into_iter()
+            .collect()
+    }
+
+    fn reload(&self, _: &str) -> Result<(), BoxError> {
+        Ok(Authorizer::reload(self)?)
+    }
+}
+
 impl Authorizer {
     /// Builds the chain; loads the RBAC policy when `RBAC` is one of the modes.
     pub fn new(modes: Vec<AuthzMode>, policy_file: Option<PathBuf>) -> Result<Self, PolicyError> {
@@ -181,7 +198,7 @@ impl Authorizer {
             .filter(|_| self.modes.contains(&AuthzMode::Rbac))
     }
 
-    /// Loads the policy file again; on error the old policy stays.
+    /// Loads the policy file again; on error the old policy stays (and [`Reload`]).
     pub fn reload(&self) -> Result<(), PolicyError> {
         if let Some(path) = self.policy_file() {
             self.policy.store(Arc::new(Policy::load(path)?));

@@ -30,7 +30,8 @@ use crate::metrics::Metrics;
 use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
 use anyhow::Context as _;
-use apigw_core::body::Body;
+use apigw_core::body::{Body, BoxError};
+use apigw_core::reload::{Reload, Watched};
 use apigw_core::server::ConnInfo;
 use apigw_core::tls::{self, ReloadingCert};
 use http::{Request, Response};
@@ -89,6 +90,10 @@ impl Gateway {
         let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
         let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous)
             .with_jwt(jwt)
+            .reloading_from(
+                cfg.authn.token_file.clone(),
+                cfg.authn.authentication_config.clone(),
+            )
             .with_attempts(Attempts::new(metrics.authn_attempts.clone()));
         let proxy_cert = match &cfg.proxy.proxy_client {
             Some((cert, key)) => {
@@ -233,7 +238,7 @@ pub async fn run(
             None
         }
     };
-    watch_files(&gateway, built.reloading, &cfg);
+    watch_files(&gateway, built.reloading);
     if let Some(issuers) = &gateway.authn.jwt {
         issuers.spawn_refresh();
     }
@@ -390,49 +395,35 @@ async fn start_cluster(
     Ok(ClusterParts { elector })
 }
 
-/// Every file that applies when it changes: serving and proxy client certificates, the
-/// client and front-proxy CA bundles, the token file, the authentication configuration.
-fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>, cfg: &Config) {
-    const PERIOD: Duration = Duration::from_secs(2);
-    for cert in certs {
-        let paths = cert.paths();
-        apigw_core::reload::watch_files("certificate", paths, PERIOD, move || cert.reload());
+/// Every file that applies when it changes, in one task: the serving and proxy client
+/// certificates, and what each of the gateway's concerns owns ([`Reload`]).
+fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>) {
+    let mut concerns: Vec<Arc<dyn Reload>> =
+        certs.into_iter().map(|c| c as Arc<dyn Reload>).collect();
+    concerns.push(gateway.clone());
+    apigw_core::reload::watch(concerns, Duration::from_secs(2));
+}
+
+/// The gateway's reloads are its concerns': client CAs, the token file and the authentication
+/// configuration, the RBAC policy, the delegate's token.
+impl Reload for Gateway {
+    fn watched(&self) -> Vec<Watched> {
+        self.concerns().iter().flat_map(|c| c.watched()).collect()
     }
-    let g = gateway.clone();
-    let cas = g.certs.files();
-    if !cas.is_empty() {
-        apigw_core::reload::watch_files("client CA", cas, PERIOD, move || g.certs.reload());
+
+    fn reload(&self, what: &str) -> Result<(), BoxError> {
+        for concern in self.concerns() {
+            if concern.watched().iter().any(|w| w.what == what) {
+                return concern.reload(what);
+            }
+        }
+        Ok(())
     }
-    if let Some(path) = gateway
-        .proxy
-        .delegate_token_file()
-        .map(std::path::Path::to_path_buf)
-    {
-        let g = gateway.clone();
-        apigw_core::reload::watch_files("delegate token", vec![path], PERIOD, move || {
-            g.proxy.reload_delegate_token()
-        });
-    }
-    if let Some(path) = gateway.authz.policy_file().cloned() {
-        let g = gateway.clone();
-        apigw_core::reload::watch_files("RBAC policy", vec![path], PERIOD, move || {
-            g.authz.reload()
-        });
-    }
-    if let Some(path) = cfg.authn.token_file.clone() {
-        let g = gateway.clone();
-        apigw_core::reload::watch_files("token file", vec![path.clone()], PERIOD, move || {
-            g.authn.reload_tokens(&path)
-        });
-    }
-    if let Some(path) = cfg.authn.authentication_config.clone() {
-        let g = gateway.clone();
-        apigw_core::reload::watch_files(
-            "authentication config",
-            vec![path.clone()],
-            PERIOD,
-            move || g.authn.reload_jwt(&path),
-        );
+}
+
+impl Gateway {
+    fn concerns(&self) -> [&dyn Reload; 4] {
+        [&self.certs, &self.authn, &self.authz, &*self.proxy]
     }
 }
 

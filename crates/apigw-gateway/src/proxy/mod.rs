@@ -23,6 +23,7 @@ use crate::authn::Identity;
 use crate::registry::ApiService;
 use apigw_core::body;
 use apigw_core::errors::Status;
+use apigw_core::reload::{Reload, Watched};
 use apigw_core::tls::{backend_client_config, ProxyClientCert, Trust};
 use arc_swap::ArcSwap;
 use http::{header, HeaderValue, Request, StatusCode};
@@ -167,6 +168,22 @@ pub struct DelegateSettings {
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Reload for Proxy {
+    fn watched(&self) -> Vec<Watched> {
+        self.delegate_token_file()
+            .map(|p| Watched {
+                what: "delegate token",
+                files: vec![p.to_path_buf()],
+            })
+            .into_iter()
+            .collect()
+    }
+
+    fn reload(&self, _: &str) -> Result<(), body::BoxError> {
+        Ok(self.reload_delegate_token()?)
+    }
+}
 
 impl Proxy {
     pub fn new(settings: ProxySettings) -> Result<Self, SetupError> {
