@@ -384,6 +384,7 @@ fn proxy(f: &ProxyFlags, file: ProxyFlags, cx: &mut Cx) -> (BackendSettings, Opt
                 impersonation_token_file: delegate_token,
             }),
             Err(m) => {
+                let m = apigw_core::errors::chain(&m);
                 cx.later("--delegate-url".into(), format!("{url}: {m}"));
                 None
             }

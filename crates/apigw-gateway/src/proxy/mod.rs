@@ -10,6 +10,7 @@ mod headers;
 mod settings;
 pub use settings::{
     parse_https_url, parse_resolve, BackendCas, BackendLoadError, BackendSettings, Delegate,
+    UrlError,
 };
 mod pool;
 

@@ -99,16 +99,37 @@ pub fn parse_resolve(name: &str, addrs: &str) -> Result<((String, u16), Vec<Sock
     Ok(((host.to_ascii_lowercase(), port), addrs))
 }
 
+/// Why a URL is not `https://host[:port][/]`.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("not a URL")]
+    Invalid(#[source] http::uri::InvalidUri),
+    #[error("must be an https:// URL")]
+    NotHttps,
+    #[error("must not have a path")]
+    HasPath,
+    #[error("has no host")]
+    NoHost,
+    #[error("port 0 is not a port to connect to")]
+    PortZero,
+    #[error("bad port {port:?} (want 1 to 65535)")]
+    BadPort {
+        port: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+}
+
 /// Splits `https://host[:port][/]` into host and port (default 443).
-pub fn parse_https_url(url: &str) -> Result<(String, u16), String> {
-    let uri: http::Uri = url.parse().map_err(|e| format!("{e}"))?;
+pub fn parse_https_url(url: &str) -> Result<(String, u16), UrlError> {
+    let uri: http::Uri = url.parse().map_err(UrlError::Invalid)?;
     if uri.scheme_str() != Some("https") {
-        return Err("must be an https:// URL".into());
+        return Err(UrlError::NotHttps);
     }
     if uri.path() != "/" && !uri.path().is_empty() {
-        return Err("must not have a path".into());
+        return Err(UrlError::HasPath);
     }
-    let host = uri.host().ok_or("has no host")?;
+    let host = uri.host().ok_or(UrlError::NoHost)?;
     // `Uri::port_u16` is None for a port that is not a u16: read the port ourselves, so that
     // `https://host:99999` is an error rather than port 443.
     let authority = uri.authority().map_or("", |a| a.as_str());
@@ -120,8 +141,13 @@ pub fn parse_https_url(url: &str) -> Result<(String, u16), String> {
         None => 443,
         Some((_, port)) => match port.parse::<u16>() {
             Ok(port) if port > 0 => port,
-            Ok(_) => return Err("port 0 is not a port to connect to".into()),
-            Err(e) => return Err(format!("bad port {port:?}: {e} (want 1 to 65535)")),
+            Ok(_) => return Err(UrlError::PortZero),
+            Err(source) => {
+                return Err(UrlError::BadPort {
+                    port: port.to_string(),
+                    source,
+                })
+            }
         },
     };
     Ok((host.trim_matches(['[', ']']).to_string(), port))

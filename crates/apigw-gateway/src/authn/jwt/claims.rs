@@ -108,7 +108,7 @@ fn check_cel_rules(
                 };
                 return Err((reason, message));
             }
-            Err(e) => return Err((reason, e)),
+            Err(e) => return Err((reason, apigw_core::errors::chain(&e))),
         }
     }
     Ok(())
@@ -153,7 +153,7 @@ pub fn map_identity(
     settings: &IssuerSettings,
 ) -> Result<Identity, Failure> {
     let claims = cel.claims;
-    let failed = |e: String| (Reason::MappingFailed, e);
+    let failed = |e: expr::ExprError| (Reason::MappingFailed, apigw_core::errors::chain(&e));
     let user = match &settings.username {
         Mapping::Claim(m) => username(claims, m)?,
         Mapping::Expression(e) => e.eval_string(&cel.vars()).map_err(failed)?,

@@ -485,7 +485,8 @@ impl Validator {
     fn expr(&mut self, path: &str, source: &str, allowed: &[&str]) -> Option<Expression> {
         match Expression::compile(source, allowed) {
             Ok(e) => Some(e),
-            Err(message) => {
+            Err(e) => {
+                let message = apigw_core::errors::chain(&e);
                 self.bad(path, format!("invalid value {source:?}: {message}"));
                 None
             }

@@ -12,6 +12,11 @@ use std::sync::{Arc, LazyLock};
 const MAX_LEN: usize = 10 * 1024;
 const MAX_NESTING: usize = 32;
 
+/// The environment every expression compiles and runs in.
+fn environment() -> Result<&'static Arc<cel::Env>, ExprError> {
+    ENV.as_ref().map_err(|e| ExprError::Env(e.clone()))
+}
+
 static ENV: LazyLock<Result<Arc<cel::Env>, String>> = LazyLock::new(|| {
     let mut env = cel::Env::stdlib();
     for ext in [
@@ -24,6 +29,39 @@ static ENV: LazyLock<Result<Arc<cel::Env>, String>> = LazyLock::new(|| {
     }
     Ok(Arc::new(env))
 });
+
+/// Why an expression did not compile, or did not give a value of the type wanted.
+#[derive(Debug, thiserror::Error)]
+pub enum ExprError {
+    #[error("expression longer than {MAX_LEN} bytes")]
+    TooLong,
+    #[error("expression nested deeper than {MAX_NESTING}")]
+    TooDeep,
+    /// The CEL environment (built once) failed to build.
+    #[error("the CEL environment: {0}")]
+    Env(String),
+    #[error("compilation failed")]
+    Compile(#[source] cel::ParseErrors),
+    #[error(
+        "compilation failed: undeclared reference to {unknown:?} (only {allowed:?} may be used)"
+    )]
+    Undeclared {
+        unknown: Vec<String>,
+        allowed: Vec<String>,
+    },
+    #[error("{expression:?}")]
+    Eval {
+        expression: String,
+        #[source]
+        source: cel::ExecutionError,
+    },
+    #[error("{expression:?} must return {want}, returned {got}")]
+    Type {
+        expression: String,
+        want: &'static str,
+        got: String,
+    },
+}
 
 /// Identifiers that name types and function namespaces rather than variables.
 const BUILTIN_IDENTS: &[&str] = &[
@@ -129,9 +167,9 @@ impl PartialEq for Expression {
 
 impl Expression {
     /// Compiles `source`; it may use only the variables in `allowed`.
-    pub fn compile(source: &str, allowed: &[&str]) -> Result<Self, String> {
+    pub fn compile(source: &str, allowed: &[&str]) -> Result<Self, ExprError> {
         if source.len() > MAX_LEN {
-            return Err(format!("expression longer than {MAX_LEN} bytes"));
+            return Err(ExprError::TooLong);
         }
         let mut depth = 0usize;
         for c in source.chars() {
@@ -139,17 +177,15 @@ impl Expression {
                 '(' | '[' | '{' => {
                     depth += 1;
                     if depth > MAX_NESTING {
-                        return Err(format!("expression nested deeper than {MAX_NESTING}"));
+                        return Err(ExprError::TooDeep);
                     }
                 }
                 ')' | ']' | '}' => depth = depth.saturating_sub(1),
                 _ => {}
             }
         }
-        let env = ENV.as_ref().map_err(Clone::clone)?;
-        let program = env
-            .compile(source)
-            .map_err(|e| format!("compilation failed: {e}"))?;
+        let env = environment()?;
+        let program = env.compile(source).map_err(ExprError::Compile)?;
         let mut unknown = Vec::new();
         free_idents(program.expression(), &mut Vec::new(), &mut |name| {
             if !allowed.contains(&name)
@@ -160,9 +196,10 @@ impl Expression {
             }
         });
         if !unknown.is_empty() {
-            return Err(format!(
-                "compilation failed: undeclared reference to {unknown:?} (only {allowed:?} may be used)"
-            ));
+            return Err(ExprError::Undeclared {
+                unknown,
+                allowed: allowed.iter().map(|a| a.to_string()).collect(),
+            });
         }
         Ok(Self {
             source: source.to_string(),
@@ -171,43 +208,46 @@ impl Expression {
     }
 
     /// The expression's value with `vars` bound.
-    pub fn eval(&self, vars: &[(&str, cel::Value)]) -> Result<cel::Value, String> {
-        let env = ENV.as_ref().map_err(Clone::clone)?;
+    pub fn eval(&self, vars: &[(&str, cel::Value)]) -> Result<cel::Value, ExprError> {
+        let env = environment()?;
         let mut ctx = cel::Context::with_env(env.clone());
         for (name, value) in vars {
             ctx.add_variable_from_value(*name, value.clone());
         }
         self.program
             .execute(&ctx)
-            .map_err(|e| format!("{:?}: {e}", self.source))
+            .map_err(|source| ExprError::Eval {
+                expression: self.source.clone(),
+                source,
+            })
     }
 
     /// Evaluates to a bool, or an error naming what it gave instead.
-    pub fn eval_bool(&self, vars: &[(&str, cel::Value)]) -> Result<bool, String> {
+    pub fn eval_bool(&self, vars: &[(&str, cel::Value)]) -> Result<bool, ExprError> {
         match self.eval(vars)? {
             cel::Value::Bool(b) => Ok(b),
-            other => Err(format!(
-                "{:?} must return a bool, returned {}",
-                self.source,
-                other.type_of()
-            )),
+            other => Err(self.wrong_type("a bool", other.type_of().to_string())),
+        }
+    }
+
+    fn wrong_type(&self, want: &'static str, got: String) -> ExprError {
+        ExprError::Type {
+            expression: self.source.clone(),
+            want,
+            got,
         }
     }
 
     /// Evaluates to a string.
-    pub fn eval_string(&self, vars: &[(&str, cel::Value)]) -> Result<String, String> {
+    pub fn eval_string(&self, vars: &[(&str, cel::Value)]) -> Result<String, ExprError> {
         match self.eval(vars)? {
             cel::Value::String(s) => Ok(s.to_string()),
-            other => Err(format!(
-                "{:?} must return a string, returned {}",
-                self.source,
-                other.type_of()
-            )),
+            other => Err(self.wrong_type("a string", other.type_of().to_string())),
         }
     }
 
     /// Evaluates to a string or a list of strings (null or an empty string: none).
-    pub fn eval_strings(&self, vars: &[(&str, cel::Value)]) -> Result<Vec<String>, String> {
+    pub fn eval_strings(&self, vars: &[(&str, cel::Value)]) -> Result<Vec<String>, ExprError> {
         match self.eval(vars)? {
             cel::Value::String(s) if s.is_empty() => Ok(Vec::new()),
             cel::Value::String(s) => Ok(vec![s.to_string()]),
@@ -216,18 +256,15 @@ impl Expression {
                 .iter()
                 .map(|v| match v {
                     cel::Value::String(s) => Ok(s.to_string()),
-                    other => Err(format!(
-                        "{:?} must return a string or a list of strings, returned a list holding {}",
-                        self.source,
-                        other.type_of()
+                    other => Err(self.wrong_type(
+                        "a string or a list of strings",
+                        format!("a list holding {}", other.type_of()),
                     )),
                 })
                 .collect(),
-            other => Err(format!(
-                "{:?} must return a string or a list of strings, returned {}",
-                self.source,
-                other.type_of()
-            )),
+            other => {
+                Err(self.wrong_type("a string or a list of strings", other.type_of().to_string()))
+            }
         }
     }
 }
