@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use crate::support::tool::kubectl_async;
 use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
@@ -207,25 +208,13 @@ async fn kubectl(s: &Setup, user: &str, args: &[&str]) -> (bool, String) {
     });
     let path = s.w.pki.path(&format!("kubeconfig-{user}"));
     std::fs::write(&path, kc.to_string()).unwrap();
-    let mut all = vec![
-        "--kubeconfig".to_string(),
-        path.display().to_string(),
-        "--cache-dir".into(),
-        p("kube-cache"),
-    ];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl").args(&all).output()
-    })
-    .await
-    .unwrap()
-    .expect("kubectl is required for this test");
+    let ran = kubectl_async(&path, args).await;
     (
-        out.status.success(),
+        ran.succeeded(),
         format!(
             "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            ran.stdout(),
+            String::from_utf8_lossy(&ran.out.stderr)
         ),
     )
 }

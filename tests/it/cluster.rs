@@ -4,6 +4,7 @@
 //! election; status write-back only on change; Service and EndpointSlice resolution.
 
 use crate::support::kube_api::KubeApi;
+use crate::support::tool::{kubectl, kubectl_command};
 use crate::support::{eventually, Pki};
 use apigw_gateway::authn::Identity;
 use apigw_gateway::authz::Attributes;
@@ -13,7 +14,7 @@ use apigw_gateway::registry::Registry;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -34,29 +35,6 @@ async fn start() -> (Pki, KubeApi, kube::Client) {
     (pki, api, client)
 }
 
-fn kubectl(pki: &Pki, api: &KubeApi, args: &[&str]) -> Command {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig")
-        .arg(&api.kubeconfig)
-        .arg("--cache-dir")
-        .arg(pki.path("kube-cache"))
-        .args(args);
-    cmd
-}
-
-fn run(mut cmd: Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("kubectl is required for this test and could not run: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_gets_applies_and_watches_against_the_test_server() {
     let pki = Pki::new();
@@ -73,18 +51,18 @@ async fn kubectl_gets_applies_and_watches_against_the_test_server() {
             std::fs::write(&manifest, doc).unwrap();
         };
         write(15);
-        let created = run(kubectl(
-            &pki,
-            &api,
+        let created = kubectl(
+            &api.kubeconfig,
             &["apply", "-f", manifest.to_str().unwrap()],
-        ));
+        )
+        .ok();
         assert!(created.contains("created"), "{created}");
         write(20);
-        let configured = run(kubectl(
-            &pki,
-            &api,
+        let configured = kubectl(
+            &api.kubeconfig,
             &["apply", "-f", manifest.to_str().unwrap()],
-        ));
+        )
+        .ok();
         assert!(configured.contains("configured"), "{configured}");
         (pki, api)
     })
@@ -105,7 +83,7 @@ async fn kubectl_gets_applies_and_watches_against_the_test_server() {
         api.writes()
     );
     let (pki, api) = tokio::task::spawn_blocking(move || {
-        let table = run(kubectl(&pki, &api, &["get", "apiservices"]));
+        let table = kubectl(&api.kubeconfig, &["get", "apiservices"]).ok();
         assert!(table.contains("v1alpha1.wardle.example.com"), "{table}");
         (pki, api)
     })
@@ -122,8 +100,9 @@ async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Option<S
         .flatten()
 }
 
-async fn watch_with_kubectl(pki: Pki, api: KubeApi) {
-    let mut child = kubectl(&pki, &api, &["get", "apiservices", "-w", "-o", "name"])
+/// `_pki` holds the directory of the kubeconfig.
+async fn watch_with_kubectl(_pki: Pki, api: KubeApi) {
+    let mut child = kubectl_command(&api.kubeconfig, &["get", "apiservices", "-w", "-o", "name"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -5,6 +5,7 @@
 use crate::support;
 
 use crate::support::goaddon::{GoAddon, GoOpts};
+use crate::support::tool::{kubectl_async, kubectl_command};
 use crate::support::World;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -50,17 +51,6 @@ async fn stack() -> Stack {
 }
 
 impl Stack {
-    fn kubectl_args(&self, args: &[&str]) -> Vec<String> {
-        let mut all = vec![
-            "--kubeconfig".to_string(),
-            self.kubeconfig.display().to_string(),
-            "--cache-dir".to_string(),
-            self.world.pki.path("kube-cache").display().to_string(),
-        ];
-        all.extend(args.iter().map(|s| s.to_string()));
-        all
-    }
-
     /// Runs kubectl; panics with its output unless it succeeds.
     async fn kubectl(&self, args: &[&str]) -> String {
         let (ok, stdout, stderr) = self.try_kubectl(args).await;
@@ -70,20 +60,8 @@ impl Stack {
 
     /// Runs kubectl: whether it succeeded, its stdout and its stderr.
     async fn try_kubectl(&self, args: &[&str]) -> (bool, String, String) {
-        let all = self.kubectl_args(args);
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new("kubectl")
-                .args(&all)
-                .output()
-                .unwrap_or_else(|e| panic!("kubectl is required for this test: {e}"))
-        })
-        .await
-        .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let ran = kubectl_async(&self.kubeconfig, args).await;
+        (ran.succeeded(), ran.stdout(), ran.stderr())
     }
 
     fn manifest(&self, name: &str, text: &str) -> String {
@@ -244,12 +222,14 @@ async fn kubectl_verbs_against_a_go_addon_through_the_gateway() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_get_watch_sees_changes_made_through_the_gateway() {
     let s = stack().await;
-    let mut watch = Command::new("kubectl")
-        .args(s.kubectl_args(&["get", "widgets", "-w", "--output-watch-events"]))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is required for this test");
+    let mut watch = kubectl_command(
+        &s.kubeconfig,
+        &["get", "widgets", "-w", "--output-watch-events"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("kubectl is required for this test");
     let stdout = watch.stdout.take().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {

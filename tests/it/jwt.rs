@@ -8,7 +8,7 @@ use crate::support;
 
 use crate::support::binary;
 use crate::support::oidc::{now, unsigned, with, Issuers, SigningKey};
-use crate::support::sample::run;
+use crate::support::tool::kubectl_async;
 use crate::support::{eventually, seen_header, Single, World};
 use bytes::Bytes;
 use http::Request;
@@ -163,16 +163,7 @@ impl Setup {
     }
 
     async fn kubectl(&self, kubeconfig: &Path, args: &[&str]) -> String {
-        let mut all = vec![
-            "--kubeconfig".to_string(),
-            kubeconfig.display().to_string(),
-            "--cache-dir".to_string(),
-            self.s.w.pki.path("kube-cache").display().to_string(),
-        ];
-        all.extend(args.iter().map(|s| s.to_string()));
-        let ran = run("kubectl", all).await;
-        assert!(ran.ok, "kubectl {args:?}:\n{}\n{}", ran.stdout, ran.stderr);
-        ran.stdout
+        kubectl_async(kubeconfig, args).await.ok()
     }
 
     async fn whoami(&self, kubeconfig: &Path) -> Value {

@@ -6,6 +6,7 @@
 use crate::support;
 
 use crate::support::exec::{Exec, V4, V5};
+use crate::support::tool::{kubectl_args, kubectl_async};
 use crate::support::World;
 use apigw_sample::{SampleConfig, SampleServer, SampleStats};
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
 use std::io::BufRead;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -434,8 +436,10 @@ async fn too_old_resource_version_is_expired() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_get_watch_sees_a_later_create() {
     let s = stack().await;
-    let mut args = kubectl_args(&s);
-    args.extend(["get", "flunders", "-n", "w", "-w", "--request-timeout=60s"].map(str::to_string));
+    let args = kubectl_args(
+        &kubeconfig(&s),
+        &["get", "flunders", "-n", "w", "-w", "--request-timeout=60s"],
+    );
     let mut kubectl = Tool::spawn("kubectl", &args);
     s.active_watches_become(1).await;
     s.create("seen-by-kubectl").await;
@@ -735,7 +739,7 @@ async fn exec_of_a_missing_flunder_is_not_found() {
 }
 
 /// Writes alice's kubeconfig for the gateway and returns the leading kubectl arguments.
-fn kubectl_args(s: &Stack) -> Vec<String> {
+fn kubeconfig(s: &Stack) -> PathBuf {
     let kubeconfig = s.world.pki.path("kubeconfig");
     let p = |n: &str| s.world.pki.path(n).display().to_string();
     let kc = json!({
@@ -745,31 +749,13 @@ fn kubectl_args(s: &Stack) -> Vec<String> {
         "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "alice"}}]
     });
     std::fs::write(&kubeconfig, kc.to_string()).expect("write kubeconfig");
-    vec![
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--cache-dir".into(),
-        p("kube-cache"),
-    ]
+    kubeconfig
 }
 
 /// Runs kubectl to completion: (success, stdout, stderr).
 async fn kubectl(s: &Stack, args: &[&str]) -> (bool, String, String) {
-    let mut all = kubectl_args(s);
-    all.extend(args.iter().map(|a| a.to_string()));
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
-            .args(&all)
-            .output()
-            .unwrap_or_else(|e| panic!("kubectl is required for this test and could not run: {e}"))
-    })
-    .await
-    .expect("kubectl task");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let ran = kubectl_async(&kubeconfig(s), args).await;
+    (ran.succeeded(), ran.stdout(), ran.stderr())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,12 +6,11 @@
 use crate::support;
 
 use crate::support::goaddon::{GoAddon, GoOpts};
-use crate::support::upstream::{
-    clientgo, curl, kubectl, kubectl_in, wait_for, Apigw, ControlPlane,
-};
+use crate::support::tool::{kubectl, kubectl_command, kubectl_in};
+use crate::support::upstream::{clientgo, curl, wait_for, Apigw, ControlPlane};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const WARDLE: [&str; 2] = ["v1alpha1.wardle.example.com", "v1beta1.wardle.example.com"];
@@ -58,15 +57,7 @@ fn sample_apiserver_behind_apigw_in_manifest_mode() {
     );
 
     // a watch streams through apigw: started first, it sees an object created after it
-    let mut watch = Command::new("kubectl")
-        .args([
-            "--kubeconfig",
-            &admin.display().to_string(),
-            "get",
-            "flunders",
-            "-n",
-            "default",
-        ])
+    let mut watch = kubectl_command(&admin, &["get", "flunders", "-n", "default"])
         .args(["-w", "-o", "name"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -821,7 +812,7 @@ fn cluster_mode_against_kube_apiserver() {
     let whoami = |base: &str| {
         let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
         let url = format!("{base}/apis/authentication.k8s.io/v1/selfsubjectreviews");
-        let out = support::upstream::run(
+        let out = support::tool::run(
             std::path::Path::new("curl"),
             &[
                 "-sS",
@@ -856,7 +847,7 @@ fn cluster_mode_against_kube_apiserver() {
     cp.kubectl_in(&["apply", "-f", "-"], grant).ok();
     let as_robot = |method: &str, path: &str| {
         let url = format!("{}{path}", a.url);
-        support::upstream::run(
+        support::tool::run(
             std::path::Path::new("curl"),
             &[
                 "-sS",
@@ -1022,7 +1013,7 @@ fn cluster_mode_against_kube_apiserver() {
 fn helm() -> std::path::PathBuf {
     let check =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw/tests/check.py");
-    let out = support::upstream::run(
+    let out = support::tool::run(
         std::path::Path::new("python3"),
         &[&check.display().to_string(), "--helm-path"],
         None,
@@ -1049,7 +1040,7 @@ fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() 
             .map(|mode| format!("pod-security.kubernetes.io/{mode}: restricted"))
             .join(", ");
         cp.kubectl_in(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels: {{{labels}}}\n")).ok();
-        let rendered = support::upstream::run(
+        let rendered = support::tool::run(
             &helm,
             &[
                 "template",

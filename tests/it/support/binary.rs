@@ -1,7 +1,7 @@
 //! The apigw binary run as a user runs it; the runner itself (limits, pipes, the refusal
 //! checks) is the `apigw-testrun` crate, which `apigw-bench`'s tests share.
 
-pub use apigw_testrun::{refused, run_command, run_program, text, wait_for};
+pub use apigw_testrun::{refused, run_program, text, wait_for};
 use std::path::Path;
 use std::process::Output;
 

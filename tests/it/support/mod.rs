@@ -7,6 +7,7 @@ pub mod goaddon;
 pub mod kube_api;
 pub mod oidc;
 pub mod sample;
+pub mod tool;
 pub mod upstream;
 
 use apigw_core::body::{full, Body};

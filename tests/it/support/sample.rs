@@ -116,14 +116,13 @@ pub async fn run(tool: &str, args: Vec<String>) -> Ran {
 impl SampleGateway {
     /// Runs kubectl with the kubeconfig and its own cache, whatever it answers.
     pub async fn try_kubectl(&self, args: &[&str]) -> Ran {
-        let mut all = vec![
-            "--kubeconfig".to_string(),
-            self.kubeconfig.display().to_string(),
-            "--cache-dir".to_string(),
-            self.world.pki.path("kube-cache").display().to_string(),
-        ];
-        all.extend(args.iter().map(|s| s.to_string()));
-        run("kubectl", all).await
+        let ran = super::tool::kubectl_async(&self.kubeconfig, args).await;
+        Ran {
+            ok: ran.succeeded(),
+            code: ran.out.status.code(),
+            stdout: ran.stdout(),
+            stderr: String::from_utf8_lossy(&ran.out.stderr).into_owned(),
+        }
     }
 
     /// Runs kubectl; panics with its output unless it succeeds.

@@ -10,13 +10,13 @@
 //! let out = kubectl(&gw.kubeconfig(&cp, "admin"), &["get", "flunders", "-A"]).ok();
 //! ```
 
-use super::binary;
 pub use super::binary::wait_for;
+use super::tool::{kubectl, kubectl_in, run, Ran};
 use serde::Deserialize;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -235,7 +235,7 @@ impl Apigw {
         let mut last = String::new();
         while Instant::now() < deadline {
             let got = curl(cp, "admin", &[&format!("{}/readyz", self.url)]);
-            if got.ok_status() {
+            if got.succeeded() {
                 return;
             }
             last = got.text();
@@ -300,83 +300,6 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
-}
-
-/// What a command did.
-pub struct Ran {
-    pub what: String,
-    pub out: Output,
-}
-
-impl Ran {
-    pub fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.out.stdout).into_owned()
-    }
-
-    pub fn text(&self) -> String {
-        binary::text(&self.out)
-    }
-
-    fn ok_status(&self) -> bool {
-        self.out.status.success()
-    }
-
-    /// Standard output of a command that must succeed.
-    pub fn ok(&self) -> String {
-        assert!(
-            self.out.status.success(),
-            "{} failed ({}):\n{}",
-            self.what,
-            self.out.status,
-            self.text()
-        );
-        self.stdout()
-    }
-
-    /// Standard output parsed as JSON, of a command that must succeed.
-    pub fn json(&self) -> serde_json::Value {
-        let text = self.ok();
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", self.what))
-    }
-
-    /// Standard error of a command that must fail.
-    pub fn fails(&self) -> String {
-        assert!(
-            !self.out.status.success(),
-            "{} succeeded, and should not have:\n{}",
-            self.what,
-            self.text()
-        );
-        String::from_utf8_lossy(&self.out.stderr).into_owned()
-    }
-}
-
-/// Runs `program` with `args` and an optional standard input; kills it after 90 s.
-pub fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> Ran {
-    let what = format!("{} {}", program.display(), args.join(" "));
-    let mut command = Command::new(program);
-    command.args(args);
-    let out = binary::run_command(command, stdin, Duration::from_secs(90));
-    Ran { what, out }
-}
-
-/// kubectl with `kubeconfig` and a cache of its own beside it.
-pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Ran {
-    kubectl_in(kubeconfig, args, None)
-}
-
-/// kubectl with a manifest on standard input (`-f -`).
-pub fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Ran {
-    let cache = kubeconfig.with_extension("cache");
-    let mut all = vec![
-        "--kubeconfig".to_string(),
-        kubeconfig.display().to_string(),
-        "--cache-dir".to_string(),
-        cache.display().to_string(),
-    ];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    run(Path::new("kubectl"), &all, stdin)
 }
 
 /// curl as `user` (a client certificate from the cluster CA), trusting the cluster CA; prints
