@@ -317,3 +317,69 @@ async fn doctor_probes_a_go_addon() {
         "{log}"
     );
 }
+
+/// A backend that speaks only one of HTTP/1.1 and HTTP/2 by ALPN (Go's `net/http` with
+/// `Server.Protocols` set, whose TLS refuses any other offer with `no_application_protocol`)
+/// is served, not reported Available while its requests fail: a create with a body, a get, a
+/// list and a watch all go through, and the APIService is Available. With HTTP/2 alone, the
+/// gateway's ordinary requests go over HTTP/2 once the backend refused HTTP/1.1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backend_that_speaks_only_http2_or_only_http1_is_served() {
+    for protocols in ["h2", "http/1.1"] {
+        let world = World::new();
+        let opts = GoOpts {
+            args: vec![format!("-protocols={protocols}")],
+            ..GoOpts::default()
+        };
+        // Waits for a list through the gateway to answer 200.
+        let (addon, gw) = behind_gateway(&world, opts).await;
+        let alice = world.client(Some("alice"));
+        let widget = serde_json::json!({
+            "apiVersion": "interop.example.com/v1", "kind": "Widget",
+            "metadata": {"name": "only-one", "namespace": "default"},
+            "spec": {"color": "teal"}
+        });
+        let create = Request::post(WIDGETS)
+            .header("content-type", "application/json")
+            .body(Bytes::from(widget.to_string()))
+            .unwrap();
+        let created = alice.send(gw.addr, create).await;
+        assert_eq!(created.status, 201, "{protocols}: {:?}", created.body);
+        let got = alice.get(gw.addr, &format!("{WIDGETS}/only-one")).await;
+        assert_eq!(got.status, 200, "{protocols}: {:?}", got.body);
+        assert_eq!(got.json()["spec"]["color"], "teal", "{protocols}");
+        // A watch from the start sees the widget, then its stream is cut by the timeout.
+        let watch = alice
+            .get(gw.addr, &format!("{WIDGETS}?watch=1&timeoutSeconds=1"))
+            .await;
+        assert_eq!(watch.status, 200, "{protocols}: {:?}", watch.body);
+        assert!(
+            String::from_utf8_lossy(&watch.body).contains("only-one"),
+            "{protocols}: {:?}",
+            watch.body
+        );
+        let svc = alice
+            .get(
+                gw.addr,
+                "/apis/apiregistration.k8s.io/v1/apiservices/v1.interop.example.com",
+            )
+            .await
+            .json();
+        let available = svc["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(available["status"], "True", "{protocols}: {svc}");
+        // Go's counters are read over HTTP/1.1, which the h2-only server refuses; that it
+        // answered the gateway at all is its proof.
+        if protocols == "http/1.1" {
+            let h2 = addon.stats().await["h2_connections_total"].as_i64();
+            assert_eq!(
+                h2,
+                Some(0),
+                "HTTP/1.1 only, yet Go saw an HTTP/2 connection"
+            );
+        }
+    }
+}

@@ -39,6 +39,8 @@ type config struct {
 	extraPrefixes    []string
 	idleTimeout      time.Duration
 	bookmarkInterval time.Duration
+	// protocols offered by ALPN: "h2", "http/1.1" or both (the default).
+	protocols []string
 }
 
 // stats are the counters /debug/stats reports.
@@ -86,7 +88,7 @@ func splitList(s string) []string {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("goaddon", flag.ContinueOnError)
 	var cfg config
-	var allowed, users, groups, extras string
+	var allowed, users, groups, extras, protocols string
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "address to listen on")
 	fs.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate (PEM)")
 	fs.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving key (PEM)")
@@ -96,6 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&groups, "requestheader-group-headers", "X-Remote-Group", "comma list of group headers")
 	fs.StringVar(&extras, "requestheader-extra-headers-prefix", "X-Remote-Extra-", "comma list of extra header prefixes")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 90*time.Second, "http.Server.IdleTimeout")
+	fs.StringVar(&protocols, "protocols", "h2,http/1.1", "comma list of the protocols served (h2, http/1.1): a backend that speaks only one")
 	fs.DurationVar(&cfg.bookmarkInterval, "bookmark-interval", 5*time.Second, "interval between watch BOOKMARK events")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -113,6 +116,15 @@ func parseFlags(args []string) (config, error) {
 	cfg.usernameHeaders = splitList(users)
 	cfg.groupHeaders = splitList(groups)
 	cfg.extraPrefixes = splitList(extras)
+	cfg.protocols = splitList(protocols)
+	for _, p := range cfg.protocols {
+		if p != "h2" && p != "http/1.1" {
+			return cfg, fmt.Errorf("-protocols: unknown protocol %q (h2, http/1.1)", p)
+		}
+	}
+	if len(cfg.protocols) == 0 {
+		return cfg, errors.New("-protocols: at least one of h2, http/1.1")
+	}
 	return cfg, nil
 }
 
@@ -177,6 +189,18 @@ func run(cfg config) int {
 			return context.WithValue(ctx, connInfoKey{}, &connInfo{})
 		},
 	}
+	// net/http offers by ALPN exactly the protocols enabled here; crypto/tls then refuses a
+	// client that offers none of them with the no_application_protocol alert.
+	var protocols http.Protocols
+	for _, p := range cfg.protocols {
+		switch p {
+		case "h2":
+			protocols.SetHTTP2(true)
+		case "http/1.1":
+			protocols.SetHTTP1(true)
+		}
+	}
+	srv.Protocols = &protocols
 	srv.RegisterOnShutdown(cancelShutdown)
 
 	served := make(chan error, 1)

@@ -100,6 +100,10 @@ pub enum ConnectError {
     DialTimeout(SocketAddr),
     #[error("tls: {0}")]
     Tls(String),
+    /// The backend refused every protocol offered by ALPN (`no_application_protocol`): it
+    /// speaks only the other of HTTP/1.1 and HTTP/2.
+    #[error("tls: {0}")]
+    NoCommonProtocol(String),
     #[error("invalid backend URI: {0}")]
     Uri(String),
 }
@@ -120,12 +124,24 @@ pub(super) async fn dial(
     let handshake = TlsConnector::from(tls.clone()).connect(name.clone(), tcp);
     match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(tls)) => Ok(tls),
+        Ok(Err(e)) if refused_alpn(&e) => Err(ConnectError::NoCommonProtocol(tls_reason(&e))),
         Ok(Err(e)) => Err(ConnectError::Tls(tls_reason(&e))),
         Err(_) => Err(ConnectError::Tls(format!(
             "handshake with {addr} did not complete within {} s",
             timeout.as_secs()
         ))),
     }
+}
+
+/// True when the handshake failed on the server's `no_application_protocol` alert.
+fn refused_alpn(e: &std::io::Error) -> bool {
+    matches!(
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::AlertReceived(
+            rustls::AlertDescription::NoApplicationProtocol
+        ))
+    )
 }
 
 /// The rustls error behind an I/O error, or the I/O error itself.

@@ -34,6 +34,9 @@ pub(super) struct Endpoint {
     pub(super) h2_connecting: tokio::sync::Mutex<()>,
     /// The endpoint answered an `h2` offer with HTTP/1.1.
     pub(super) no_h2: AtomicBool,
+    /// The endpoint refused an HTTP/1.1-only offer: every request but an upgrade goes to it
+    /// over HTTP/2.
+    pub(super) h2_only: AtomicBool,
 }
 
 /// Idle HTTP/1.1 connections with the time each went idle, most recent last.
@@ -91,6 +94,7 @@ impl Endpoint {
             h2: Mutex::default(),
             h2_connecting: tokio::sync::Mutex::new(()),
             no_h2: AtomicBool::new(false),
+            h2_only: AtomicBool::new(false),
         }
     }
 

@@ -288,7 +288,13 @@ impl Pool {
         mut req: Request<Body>,
         kind: RequestKind,
     ) -> Result<(Response<Incoming>, Conn), Attempt> {
-        if kind == RequestKind::Watch && !endpoint.no_h2.load(Ordering::Relaxed) {
+        let h2 = match kind {
+            RequestKind::Watch => !endpoint.no_h2.load(Ordering::Relaxed),
+            // An upgrade needs HTTP/1.1 (RFC 8441's extended CONNECT is not spoken here).
+            RequestKind::Upgrade => false,
+            RequestKind::Short | RequestKind::Stream => endpoint.h2_only.load(Ordering::Relaxed),
+        };
+        if h2 {
             return self.attempt_h2(endpoint, req).await;
         }
         // How long the connection sat idle; None for a new one.
@@ -303,11 +309,31 @@ impl Pool {
                 // Boxed: the rarely taken connect path (TCP, TLS and HTTP handshakes) would
                 // otherwise make every request's future as large as its own.
                 None => match Box::pin(self.connect(endpoint, &self.h1_tls)).await {
-                    Ok(Connected::H1(send)) => break (send, None),
+                    // A server that agreed on no protocol may speak HTTP/2 alone: Go lets an
+                    // HTTP/1.1-only offer through to its h2-only servers, then closes the
+                    // connection unanswered. Ask again with h2 offered; a server without ALPN
+                    // answers that in HTTP/1.1 and is known as such from then on.
+                    Ok(Connected::H1 { silent: true, .. })
+                        if kind != RequestKind::Upgrade
+                            && !endpoint.no_h2.load(Ordering::Relaxed) =>
+                    {
+                        let answer = self.attempt_h2(endpoint, req).await;
+                        if matches!(answer, Ok((_, Conn::H2(_)))) {
+                            endpoint.h2_only.store(true, Ordering::Relaxed);
+                        }
+                        return answer;
+                    }
+                    Ok(Connected::H1 { send, .. }) => break (send, None),
                     Ok(Connected::H2(_)) => {
                         let e =
                             ConnectError::Tls("the backend chose h2, which was not offered".into());
                         return Err(not_sent(req, e));
+                    }
+                    // A backend that speaks only HTTP/2 (as Go's transport would, go on in it).
+                    Err(ConnectError::NoCommonProtocol(_)) if kind != RequestKind::Upgrade => {
+                        endpoint.h2_only.store(true, Ordering::Relaxed);
+                        tracing::debug!(addr = %endpoint.addr, "the backend refused HTTP/1.1; using HTTP/2");
+                        return self.attempt_h2(endpoint, req).await;
                     }
                     Err(e) => return Err(not_sent(req, e)),
                 },
@@ -361,7 +387,7 @@ impl Pool {
                             lock(&endpoint.h2).push(conn.clone());
                             conn
                         }
-                        Ok(Connected::H1(send)) => {
+                        Ok(Connected::H1 { send, .. }) => {
                             endpoint.no_h2.store(true, Ordering::Relaxed);
                             self.shape(&mut req, Version::HTTP_11);
                             return answer_h1(send, req).await.map_err(|e| Attempt::Sent {
@@ -440,7 +466,7 @@ impl Pool {
             // Each handle is dropped before the answer comes (see `answer_h1`); the connection
             // ends with the response.
             return match connected {
-                Connected::H1(mut send) => {
+                Connected::H1 { mut send, .. } => {
                     self.shape(&mut req, Version::HTTP_11);
                     let answer = send.send_request(req);
                     drop(send);
@@ -494,7 +520,8 @@ impl Pool {
         tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Connected, ConnectError> {
         let stream = dial(addr, &self.server_name, tls, self.connect_timeout).await?;
-        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let alpn = stream.get_ref().1.alpn_protocol();
+        let (h2, silent) = (alpn == Some(b"h2"), alpn.is_none());
         let io = TokioIo::new(stream);
         if h2 {
             let (send, conn) = http2::Builder::new(TokioExecutor::new())
@@ -519,13 +546,17 @@ impl Pool {
                     tracing::debug!(%addr, error = %e, "backend connection ended");
                 }
             });
-            Ok(Connected::H1(send))
+            Ok(Connected::H1 { send, silent })
         }
     }
 }
 
 enum Connected {
-    H1(http1::SendRequest<Body>),
+    H1 {
+        send: http1::SendRequest<Body>,
+        /// The TLS handshake agreed on no application protocol.
+        silent: bool,
+    },
     H2(http2::SendRequest<Body>),
 }
 
