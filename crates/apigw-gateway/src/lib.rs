@@ -5,6 +5,8 @@
 
 mod apiservices;
 pub mod audit;
+mod cache;
+pub mod expr;
 pub mod authn;
 pub mod authz;
 pub mod availability;

@@ -13,7 +13,6 @@
 //! - [`cache`]: the bounded TTL cache the two reviewers share.
 
 pub mod apiservices;
-pub mod cache;
 pub mod client;
 pub mod lease;
 pub mod sar;

@@ -5,7 +5,7 @@
 //! `--authorization-webhook-cache-authorized-ttl` and `-unauthorized-ttl`. Implements
 //! [`crate::authz::AccessReview`], through which the authorizer asks it.
 
-use super::cache::{digest, TtlCache};
+use crate::cache::{digest, TtlCache};
 use super::ClusterError;
 use crate::authn::Identity;
 use crate::authz::Attributes;

@@ -4,7 +4,7 @@
 //! reach the API server are not cached. Implements [`crate::authn::TokenReview`], through
 //! which the authenticator asks it.
 
-use super::cache::{digest, TtlCache};
+use crate::cache::{digest, TtlCache};
 use super::ClusterError;
 use crate::authn::Identity;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};

@@ -2,7 +2,8 @@
 //! audience, `claimValidationRules`) and mapped to an [`Identity`] (`claimMappings`).
 
 use super::config::{IssuerSettings, Mapping, PrefixedClaim, Rule};
-use super::{expr, Reason};
+use super::Reason;
+use crate::expr;
 use crate::authn::Identity;
 use serde_json::{Map, Value};
 

@@ -2,7 +2,7 @@
 //! read from YAML or JSON, and its validation into [`IssuerSettings`], one per `jwt` entry.
 //! Errors name the field path the way kube-apiserver does (`jwt[0].issuer.url: ...`).
 
-use super::expr::Expression;
+use crate::expr::Expression;
 use apigw_core::tls::TlsError;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;

@@ -6,7 +6,6 @@
 mod claims;
 mod config;
 mod crypto;
-mod expr;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -14,7 +13,7 @@ mod tests;
 pub use config::{
     AuthenticationConfiguration, ConfigError, IssuerSettings, Mapping, PrefixedClaim, Problem, Rule,
 };
-pub use expr::Expression;
+pub use crate::expr::Expression;
 pub use keys::{FetchError, FetchTiming, IssuerKeys, KeySet};
 
 use crate::authn::Identity;

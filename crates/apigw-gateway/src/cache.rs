@@ -1,4 +1,5 @@
-//! A small bounded cache with a time to live per entry, for review answers. Keys are SHA-256
+//! A small bounded cache with a time to live per entry, for the answers of reviews (TokenReview,
+//! SubjectAccessReview). Keys are SHA-256
 //! digests, so a token never sits in memory as a cache key; when full, the oldest insertion
 //! is evicted first.
 
@@ -97,12 +98,10 @@ impl<V: Clone> TtlCache<V> {
         );
     }
 
-    pub fn len(&self) -> usize {
+    /// Entries held, expired ones included until evicted.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -1,4 +1,5 @@
-//! CEL expressions of the configuration (`claims.*`, and `user.*` in user validation rules),
+//! CEL expressions of the configuration (the JWT issuers' `claims.*` and `user.*`, the
+//! authorization webhooks' `request.*` match conditions),
 //! compiled once with the `cel` crate (standard library, optional values, strings, lists,
 //! math and encoder extensions) and evaluated per token.
 
