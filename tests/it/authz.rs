@@ -58,7 +58,7 @@ async fn setup() -> Setup {
     );
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Rbac];
+    cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     cfg.proxy.drop_groups = vec!["system:masters".into()];
     let gw = w.gateway(cfg).await;

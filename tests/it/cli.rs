@@ -604,7 +604,7 @@ fn help_lists_what_each_command_takes() {
     };
     let serve = help(&["serve", "--help"]);
     let modes = serve
-        .split("--authorization-mode")
+        .split("--authorization-mode <")
         .nth(1)
         .and_then(|rest| rest.split("\n      --").next())
         .unwrap_or_default();

@@ -7,7 +7,8 @@ use crate::support::kube_api::KubeApi;
 use crate::support::tool::{kubectl, kubectl_command};
 use crate::support::{eventually, Pki};
 use apigw_gateway::authn::Identity;
-use apigw_gateway::authz::Attributes;
+use apigw_gateway::authz::webhook::{KubeSender, Webhook, WebhookSettings};
+use apigw_gateway::authz::{Attributes, Verdict};
 use apigw_gateway::availability::{Condition, State};
 use apigw_gateway::cluster::{self, lease::LeaseSettings, services::RoutingMode};
 use apigw_gateway::registry::Registry;
@@ -260,29 +261,33 @@ async fn subject_access_reviews_allow_deny_and_cache() {
     let (_pki, api, client) = start().await;
     api.allow("bob", "list", "flunders");
     api.allow("bob", "get", "/healthz");
-    let reviewer = cluster::SubjectAccessReviewer::new(client, Default::default());
+    // The Webhook authorizer of `--authorization-mode=Webhook`, sending with the cluster client.
+    let hook = Webhook::new(
+        WebhookSettings::cluster_mode(),
+        Arc::new(KubeSender::with_client(client)),
+    );
     let bob = Identity::new("bob", vec!["devs".into()]);
     let list = Attributes::from_request(
         &http::Method::GET,
         "/apis/wardle.example.com/v1alpha1/namespaces/y/flunders",
         None,
     );
-    assert!(reviewer.review(&bob, &list).await.unwrap().allowed);
-    assert!(reviewer.review(&bob, &list).await.unwrap().allowed);
+    assert_eq!(hook.decide(&bob, &list).await.verdict, Verdict::Allow);
+    assert_eq!(hook.decide(&bob, &list).await.verdict, Verdict::Allow);
     assert_eq!(api.access_reviews(), 1, "an allowed answer is cached");
     let health = Attributes::from_request(&http::Method::GET, "/healthz", None);
-    assert!(reviewer.review(&bob, &health).await.unwrap().allowed);
+    assert_eq!(hook.decide(&bob, &health).await.verdict, Verdict::Allow);
 
     let create = Attributes::from_request(
         &http::Method::POST,
         "/apis/wardle.example.com/v1alpha1/namespaces/y/flunders",
         None,
     );
-    assert!(!reviewer.review(&bob, &create).await.unwrap().allowed);
-    assert!(!reviewer.review(&bob, &create).await.unwrap().allowed);
+    assert_eq!(hook.decide(&bob, &create).await.verdict, Verdict::NoOpinion);
+    assert_eq!(hook.decide(&bob, &create).await.verdict, Verdict::NoOpinion);
     assert_eq!(api.access_reviews(), 3, "a denied answer is cached");
     let alice = Identity::new("alice", vec![]);
-    assert!(!reviewer.review(&alice, &list).await.unwrap().allowed);
+    assert_eq!(hook.decide(&alice, &list).await.verdict, Verdict::NoOpinion);
     assert_eq!(
         apigw_gateway::authz::forbidden_message(&alice, &list),
         "flunders.wardle.example.com is forbidden: User \"alice\" cannot list resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"y\""

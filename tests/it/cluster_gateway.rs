@@ -41,7 +41,7 @@ async fn a_cluster_mode_gateway_serves_what_the_cluster_says() {
         aggregator_routing: true,
         leader_election: apigw_gateway::config::LeaderElection::default(),
     });
-    cfg.authz.modes = vec![apigw_gateway::config::AuthzMode::Webhook];
+    cfg.authz.links = vec![apigw_gateway::config::AuthzMode::Webhook.into()];
     let gw = w.gateway(cfg).await;
 
     let dora = |path: &str| {

@@ -139,16 +139,16 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
-/// `value` seconds of `flag`, up to [`apigw_gateway::config::MAX_DURATION`]; an error, never a panic,
+/// `value` seconds of `flag`, up to [`apigw_core::duration::MAX_DURATION`]; an error, never a panic,
 /// for infinity or a number too large.
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(value)
         .ok()
-        .filter(|d| *d <= apigw_gateway::config::MAX_DURATION)
+        .filter(|d| *d <= apigw_core::duration::MAX_DURATION)
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "{flag}: {value:e}: not a number of seconds up to {}",
-                apigw_gateway::config::MAX_DURATION.as_secs()
+                apigw_core::duration::MAX_DURATION.as_secs()
             )
         })
 }

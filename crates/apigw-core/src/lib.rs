@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod certs;
+pub mod duration;
 pub mod errors;
 pub mod meta;
 pub mod reload;

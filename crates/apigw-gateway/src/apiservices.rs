@@ -399,7 +399,7 @@ impl Query {
                 "timeoutSeconds" => {
                     q.timeout = v
                         .parse()
-                        .map(|s| Duration::from_secs(s).min(crate::config::MAX_DURATION))
+                        .map(|s| Duration::from_secs(s).min(apigw_core::duration::MAX_DURATION))
                         .unwrap_or(q.timeout)
                 }
                 "fieldSelector" => q.name = v.strip_prefix("metadata.name=").map(str::to_string),
@@ -456,7 +456,7 @@ mod tests {
         }
         assert_eq!(
             Query::parse(Some("timeoutSeconds=18446744073709551615")).timeout,
-            crate::config::MAX_DURATION
+            apigw_core::duration::MAX_DURATION
         );
     }
 }

@@ -5,14 +5,14 @@
 
 mod apiservices;
 pub mod audit;
-mod cache;
-pub mod expr;
 pub mod authn;
 pub mod authz;
 pub mod availability;
+mod cache;
 pub mod cluster;
 pub mod config;
 pub mod discovery;
+pub mod expr;
 pub mod gateway;
 mod metrics;
 pub mod proxy;

@@ -38,6 +38,39 @@ use std::sync::{Arc, OnceLock};
 pub const AUTHENTICATED: &str = "system:authenticated";
 /// The user and group of requests without credentials when anonymous auth is on.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
+
+/// Where requests without credentials are served as `system:anonymous`: nowhere, everywhere
+/// (`--anonymous-auth`), or only at the paths the authentication configuration's
+/// `anonymous.conditions` list (an exact match of the request's path, as upstream).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Anonymous {
+    #[default]
+    Off,
+    Everywhere,
+    Paths(std::collections::BTreeSet<String>),
+}
+
+impl Anonymous {
+    /// True when a request for `path` without credentials is anonymous.
+    pub fn allows(&self, path: &str) -> bool {
+        match self {
+            Self::Off => false,
+            Self::Everywhere => true,
+            Self::Paths(paths) => paths.contains(path),
+        }
+    }
+}
+
+impl From<bool> for Anonymous {
+    /// `--anonymous-auth`.
+    fn from(on: bool) -> Self {
+        if on {
+            Self::Everywhere
+        } else {
+            Self::Off
+        }
+    }
+}
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 
 /// An authenticated user, as forwarded to backends in `X-Remote-*` headers.
@@ -99,7 +132,7 @@ pub struct Authenticator {
     pub identity_headers: Arc<IdentityHeaders>,
     /// Swapped whole when the token file changes.
     pub tokens: Option<arc_swap::ArcSwap<TokenFile>>,
-    pub anonymous: bool,
+    pub anonymous: Anonymous,
     /// The authentication configuration file's JWT issuers.
     pub jwt: Option<JwtIssuers>,
     /// The token file and the authentication configuration, read again when they change.
@@ -183,19 +216,26 @@ impl Authenticator {
 
     /// Reads the authentication configuration at `path` again and puts its JWT issuers in
     /// force; on error the old ones stay.
+    /// `anonymous` is read at start only: a file that changes it is refused, as upstream.
     pub fn reload_jwt(&self, path: &std::path::Path) -> Result<(), AuthnLoadError> {
         if let Some(issuers) = &self.jwt {
-            issuers.replace(load_jwt(path)?);
+            let next = load_jwt(path)?;
+            if next.anonymous() != issuers.anonymous().as_ref() {
+                return Err(AuthnLoadError::AnonymousChanged {
+                    path: path.to_path_buf(),
+                });
+            }
+            issuers.replace(next);
         }
         Ok(())
     }
 
     /// The authenticator for front-proxy headers read with `identity_headers`, the static
-    /// `tokens`, and anonymous requests when `anonymous`.
+    /// `tokens`, and anonymous requests where `anonymous` allows them.
     pub fn new(
         identity_headers: Arc<IdentityHeaders>,
         tokens: Option<TokenFile>,
-        anonymous: bool,
+        anonymous: Anonymous,
     ) -> Self {
         Self {
             identity_headers,
@@ -234,9 +274,10 @@ impl Authenticator {
     pub async fn authenticate(
         &self,
         headers: &http::HeaderMap,
+        path: &str,
         peer: &PeerIdentity,
     ) -> Result<Identity, Status> {
-        let refused = match self.authenticate_locally(headers, peer) {
+        let refused = match self.authenticate_locally(headers, path, peer) {
             Ok(id) => return Ok(id),
             Err(status) => status,
         };
@@ -270,6 +311,7 @@ impl Authenticator {
     fn authenticate_locally(
         &self,
         headers: &http::HeaderMap,
+        path: &str,
         peer: &PeerIdentity,
     ) -> Result<Identity, Status> {
         match &peer.sort {
@@ -294,7 +336,7 @@ impl Authenticator {
                 None => Err(Status::unauthorized()),
             };
         }
-        if self.anonymous {
+        if self.anonymous.allows(path) {
             self.success(attempts::Method::Anonymous);
             return Ok(Identity::new(
                 ANONYMOUS_USER,
@@ -367,7 +409,7 @@ mod tests {
         let a = Authenticator::default();
         let peer = PeerIdentity::user(Identity::new("alice", vec!["team".into()]));
         let id = a
-            .authenticate(&headers(&[("authorization", "Bearer nope")]), &peer)
+            .authenticate(&headers(&[("authorization", "Bearer nope")]), "/", &peer)
             .await
             .unwrap();
         assert_eq!(id.user, "alice");
@@ -377,12 +419,13 @@ mod tests {
     #[tokio::test]
     async fn bad_token_is_401_even_with_anonymous() {
         let a = Authenticator {
-            anonymous: true,
+            anonymous: Anonymous::Everywhere,
             ..Default::default()
         };
         let err = a
             .authenticate(
                 &headers(&[("authorization", "Bearer nope")]),
+                "/",
                 &PeerIdentity::none(),
             )
             .await
@@ -394,15 +437,15 @@ mod tests {
     async fn anonymous_only_when_enabled() {
         let off = Authenticator::default();
         assert!(off
-            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .authenticate(&headers(&[]), "/", &PeerIdentity::none())
             .await
             .is_err());
         let on = Authenticator {
-            anonymous: true,
+            anonymous: Anonymous::Everywhere,
             ..Default::default()
         };
         let id = on
-            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .authenticate(&headers(&[]), "/", &PeerIdentity::none())
             .await
             .unwrap();
         assert_eq!(id.user, ANONYMOUS_USER);
@@ -420,12 +463,18 @@ mod tests {
             ..Default::default()
         };
         let h = headers(&[("x-remote-user", "mallory")]);
-        assert!(a.authenticate(&h, &PeerIdentity::none()).await.is_err());
+        assert!(a
+            .authenticate(&h, "/", &PeerIdentity::none())
+            .await
+            .is_err());
         let peer = PeerIdentity::front_proxy("front-proxy-client");
-        assert_eq!(a.authenticate(&h, &peer).await.unwrap().user, "mallory");
+        assert_eq!(
+            a.authenticate(&h, "/", &peer).await.unwrap().user,
+            "mallory"
+        );
         // Without configured headers a front proxy's headers name nobody.
         let unconfigured = Authenticator::default();
-        assert!(unconfigured.authenticate(&h, &peer).await.is_err());
+        assert!(unconfigured.authenticate(&h, "/", &peer).await.is_err());
     }
 
     #[tokio::test]
@@ -438,6 +487,7 @@ mod tests {
             let id = a
                 .authenticate(
                     &headers(&[("authorization", "Bearer good")]),
+                    "/",
                     &PeerIdentity::none(),
                 )
                 .await
@@ -458,6 +508,7 @@ mod tests {
             let err = a
                 .authenticate(
                     &headers(&[("authorization", "Bearer bad")]),
+                    "/",
                     &PeerIdentity::none(),
                 )
                 .await
@@ -473,9 +524,9 @@ mod tests {
         let (a, calls) = reviewing(Ok(Some(Identity::new("bob", vec![]))));
         let peer = PeerIdentity::user(Identity::new("alice", vec![]));
         let h = headers(&[("authorization", "Bearer good")]);
-        assert_eq!(a.authenticate(&h, &peer).await.unwrap().user, "alice");
+        assert_eq!(a.authenticate(&h, "/", &peer).await.unwrap().user, "alice");
         let err = a
-            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .authenticate(&headers(&[]), "/", &PeerIdentity::none())
             .await
             .unwrap_err();
         assert_eq!(err.code(), http::StatusCode::UNAUTHORIZED);
@@ -513,7 +564,10 @@ mod tests {
         let auth = format!("Bearer {token}");
         let h = headers(&[("authorization", auth.as_str())]);
         // Without TokenReview: refused, with kube's body.
-        let err = a.authenticate(&h, &PeerIdentity::none()).await.unwrap_err();
+        let err = a
+            .authenticate(&h, "/", &PeerIdentity::none())
+            .await
+            .unwrap_err();
         assert_eq!(err.message(), Status::unauthorized().message());
         assert_eq!(
             family
@@ -523,7 +577,10 @@ mod tests {
         );
         a.set_token_review(Box::new(accept_all(&calls)));
         // FakeReview accepts only "good"; this token is refused by both.
-        assert!(a.authenticate(&h, &PeerIdentity::none()).await.is_err());
+        assert!(a
+            .authenticate(&h, "/", &PeerIdentity::none())
+            .await
+            .is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(
             family
@@ -532,7 +589,10 @@ mod tests {
             1
         );
         let good = headers(&[("authorization", "Bearer good")]);
-        let id = a.authenticate(&good, &PeerIdentity::none()).await.unwrap();
+        let id = a
+            .authenticate(&good, "/", &PeerIdentity::none())
+            .await
+            .unwrap();
         assert_eq!(id.groups, vec![AUTHENTICATED]);
         assert_eq!(
             family.with_label_values(&["tokenreview", "success"]).get(),
@@ -540,7 +600,7 @@ mod tests {
         );
         let none = Authenticator::default().with_attempts(Attempts::new(family.clone()));
         assert!(none
-            .authenticate(&headers(&[]), &PeerIdentity::none())
+            .authenticate(&headers(&[]), "/", &PeerIdentity::none())
             .await
             .is_err());
         assert_eq!(

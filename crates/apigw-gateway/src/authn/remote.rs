@@ -30,6 +30,11 @@ impl JwtIssuers {
         self.current.load_full()
     }
 
+    /// The `anonymous` of the configuration in force.
+    pub fn anonymous(&self) -> Option<super::Anonymous> {
+        self.current.load().anonymous().cloned()
+    }
+
     /// Starts the background key refresh of the issuers in force (stopping any running).
     pub fn spawn_refresh(&self) {
         let tasks = self.current.load().spawn_refresh();

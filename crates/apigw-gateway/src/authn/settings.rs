@@ -11,8 +11,9 @@ pub struct AuthnSettings {
     pub client_ca: Option<PathBuf>,
     /// Static tokens (kube CSV).
     pub token_file: Option<PathBuf>,
-    /// Serve requests without credentials as `system:anonymous`.
-    pub anonymous: bool,
+    /// `--anonymous-auth`: serve requests without credentials as `system:anonymous`; None when
+    /// not given (off, unless the authentication configuration has `anonymous`).
+    pub anonymous: Option<bool>,
     /// Front-proxy authentication; None: off.
     pub request_header: Option<RequestHeaderSettings>,
     /// kube's `AuthenticationConfiguration` file (its `jwt` authenticators).
@@ -69,6 +70,8 @@ pub struct AuthnFiles {
     pub certs: super::CertAuthenticator,
     pub tokens: Option<super::TokenFile>,
     pub jwt: Option<super::jwt::JwtAuthenticator>,
+    /// From the authentication configuration's `anonymous`, else `--anonymous-auth`.
+    pub anonymous: super::Anonymous,
 }
 
 /// A file authentication could not load; it reads as the underlying error.
@@ -86,6 +89,12 @@ pub enum AuthnLoadError {
         #[source]
         source: JwtLoadError,
     },
+    /// Both `--anonymous-auth` and the file's `anonymous`, as kube-apiserver refuses them.
+    #[error("{}: anonymous: Forbidden: --anonymous-auth flag cannot be set when anonymous field is configured in authentication configuration file", path.display())]
+    AnonymousConflict { path: PathBuf },
+    /// A reload that changes `anonymous`, which is read at start only.
+    #[error("{}: anonymous: Forbidden: changed from initial configuration file", path.display())]
+    AnonymousChanged { path: PathBuf },
 }
 
 /// Why the authentication configuration file could not be used.
@@ -115,6 +124,9 @@ impl AuthnLoadError {
             Self::Certs(_) => None,
             Self::Tokens(_) => Some("token-auth-file"),
             Self::Jwt { .. } => Some("authentication-config"),
+            Self::AnonymousConflict { .. } | Self::AnonymousChanged { .. } => {
+                Some("authentication-config")
+            }
         }
     }
 }
@@ -136,8 +148,27 @@ impl AuthnSettings {
             .as_deref()
             .map(load_jwt)
             .transpose();
+        let jwt = jwt.and_then(
+            |jwt| match (&jwt, self.anonymous, &self.authentication_config) {
+                (Some(j), Some(_), Some(path)) if j.anonymous().is_some() => {
+                    Err(AuthnLoadError::AnonymousConflict { path: path.clone() })
+                }
+                _ => Ok(jwt),
+            },
+        );
         match (certs, tokens, jwt) {
-            (Ok(certs), Ok(tokens), Ok(jwt)) => Ok(AuthnFiles { certs, tokens, jwt }),
+            (Ok(certs), Ok(tokens), Ok(jwt)) => {
+                let anonymous = match jwt.as_ref().and_then(|j| j.anonymous()) {
+                    Some(from_file) => from_file.clone(),
+                    None => self.anonymous.unwrap_or(false).into(),
+                };
+                Ok(AuthnFiles {
+                    certs,
+                    tokens,
+                    jwt,
+                    anonymous,
+                })
+            }
             (certs, tokens, jwt) => Err(certs
                 .err()
                 .into_iter()

@@ -17,6 +17,10 @@ pub struct Attributes {
     pub subresource: String,
     pub name: String,
     pub path: String,
+    /// The `labelSelector` and `fieldSelector` of a list, watch or deletecollection, decoded,
+    /// as kube's `AuthorizeWithSelectors` gives them to authorizers.
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
 }
 
 impl Attributes {
@@ -90,6 +94,16 @@ impl Attributes {
         self.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
         self.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
         let watch = watch_prefix || watch_requested(query);
+        let verb = self.verb_of(method, watch);
+        if matches!(verb, Some("list" | "watch" | "deletecollection")) {
+            self.label_selector = query_value(query, "labelSelector");
+            self.field_selector = query_value(query, "fieldSelector");
+        }
+        verb
+    }
+
+    /// The verb of a resource request with `method`.
+    fn verb_of(&self, method: &Method, watch: bool) -> Option<&'static str> {
         match *method {
             Method::GET | Method::HEAD if watch => Some("watch"),
             Method::GET | Method::HEAD if self.name.is_empty() => Some("list"),
@@ -120,6 +134,19 @@ pub fn segments(path: &str) -> Vec<&str> {
     let mut segments = Vec::with_capacity(8);
     segments.extend(path.strip_prefix('/').unwrap_or(path).split('/'));
     segments
+}
+
+/// The first value of `key` in `query`, decoded as Go's `url.ParseQuery` decodes it (`+` is
+/// a space); None when absent or not UTF-8 once decoded.
+fn query_value(query: Option<&str>, key: &str) -> Option<String> {
+    let value = query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?;
+    let spaced = value.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .ok()
+        .map(|v| v.into_owned())
 }
 
 /// True when the query asks for a watch (`watch=true`, `watch=1`, `watch=True` or bare `watch`).

@@ -1,16 +1,24 @@
-//! Authorization of authenticated requests (`--authorization-mode`, a list evaluated in
-//! order as kube-apiserver does): `AlwaysAllow`, `AlwaysDeny`, and `RBAC` from a policy file
-//! that reloads when it changes, and in cluster mode `Webhook` (a SubjectAccessReview asked
-//! through [`AccessReview`]). Members of `system:masters` are always allowed. Impersonation
-//! ([`impersonation`]) is decided here too: [`Authorizer::admit`] is the one entry that turns
-//! an authenticated identity into the admitted one. A refusal is a 403 whose message reads as
-//! kube-apiserver's.
+//! Authorization of authenticated requests: a chain of authorizers asked in order, as
+//! kube-apiserver's union authorizer asks them, from `--authorization-config` (kube's
+//! `AuthorizationConfiguration`, [`config`]; reloaded when it changes) or from the older
+//! `--authorization-mode` list. Each authorizer allows, denies or has no opinion; the first
+//! that allows or denies decides, and a request nobody allows is refused: 403 with the
+//! reasons given, or 500 when an authorizer failed (kube's `InternalError`). The authorizers:
+//! `AlwaysAllow`, `AlwaysDeny` (no opinion, as upstream), `RBAC` from a policy file that
+//! reloads when it changes, and webhooks ([`webhook`]: SubjectAccessReview with match
+//! conditions, a failure policy and a cache). Members of `system:masters` are always allowed.
+//! Impersonation ([`impersonation`]) is decided here too: [`Authorizer::admit`] is the one
+//! entry that turns an authenticated identity into the admitted one. A refusal's message
+//! reads as kube-apiserver's.
 
 mod attributes;
+pub mod config;
 pub mod impersonation;
 pub mod rbac;
+mod selector;
 mod settings;
-pub use settings::AuthzSettings;
+pub mod webhook;
+pub use settings::{AuthzSettings, LinkSettings};
 
 pub use attributes::{segments, Attributes};
 pub use rbac::PolicyError;
@@ -25,6 +33,14 @@ use rbac::Policy;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+/// An authorizer's answer, as kube's `authorizer.Decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    NoOpinion,
+}
+
 /// How requests are authorized, in the order `--authorization-mode` lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthzMode {
@@ -36,23 +52,30 @@ pub enum AuthzMode {
     Webhook,
 }
 
-/// An answer of the `Webhook` authorizer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// An explicit denial: no other authorizer may allow.
-    pub denied: bool,
-    pub reason: String,
+pub use webhook::AccessReview;
+
+/// The reason `AlwaysDeny` gives, as upstream's.
+const EVERYTHING_FORBIDDEN: &str = "Everything is forbidden.";
+
+/// One authorizer of the chain.
+#[derive(Debug)]
+pub enum Link {
+    AlwaysAllow,
+    /// No opinion on anything (kube's `AlwaysDeny` denies nothing outright either).
+    AlwaysDeny,
+    /// The RBAC policy of `--rbac-policy-file`.
+    Rbac,
+    Webhook(Arc<webhook::Webhook>),
 }
 
-/// Asks whether `id` may do what `a` describes (cluster mode: SubjectAccessReview).
-pub trait AccessReview: Send + Sync {
-    /// The decision, or an error when none could be had (taken as no opinion).
-    fn review<'a>(
-        &'a self,
-        id: &'a Identity,
-        a: &'a Attributes,
-    ) -> BoxFuture<'a, Result<Decision, BoxError>>;
+/// The chain's decision on a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainDecision {
+    pub verdict: Verdict,
+    /// The deciding authorizer's reason; when none decided, every reason given, one a line.
+    pub reason: String,
+    /// What authorizers that could not decide reported (upstream's aggregate error).
+    pub errors: Vec<String>,
 }
 
 /// A request allowed: the identity it acts as and, when impersonating, the real one.
@@ -91,60 +114,165 @@ impl From<Status> for Refused {
 
 /// The chain of authorizers.
 pub struct Authorizer {
-    modes: Vec<AuthzMode>,
+    /// Swapped whole when the authorization configuration file changes.
+    chain: ArcSwap<Vec<Link>>,
     policy: ArcSwap<Policy>,
     policy_file: Option<PathBuf>,
-    /// Set once, when cluster mode starts with `Webhook`.
-    access_review: OnceLock<Box<dyn AccessReview>>,
+    /// `--authorization-config`, read again when it changes.
+    config_file: Option<PathBuf>,
+    /// Where `--authorization-mode=Webhook` sends its reviews: set when cluster mode starts.
+    cluster_sender: Arc<LateSender>,
 }
 
 impl std::fmt::Debug for Authorizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Authorizer")
-            .field("modes", &self.modes)
+            .field("chain", &self.chain.load())
             .field("policy_file", &self.policy_file)
-            .field("access_review", &self.access_review.get().is_some())
+            .field("config_file", &self.config_file)
             .finish_non_exhaustive()
     }
 }
 
+/// An [`AccessReview`] given later (cluster mode starts after the gateway is built).
+#[derive(Default)]
+struct LateSender(OnceLock<Box<dyn AccessReview>>);
+
+impl AccessReview for LateSender {
+    fn review<'a>(
+        &'a self,
+        review: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<serde_json::Value, BoxError>> {
+        match self.0.get() {
+            Some(sender) => sender.review(review),
+            None => Box::pin(async { Err("cluster mode has not started yet".into()) }),
+        }
+    }
+}
+
+const RBAC_POLICY: &str = "RBAC policy";
+const AUTHORIZATION_CONFIG: &str = "authorization config";
+
 impl Reload for Authorizer {
     fn watched(&self) -> Vec<Watched> {
-        self.policy_file()
-            .map(|p| Watched {
-                what: "RBAC policy",
+        let set = |what, path: Option<&PathBuf>| {
+            path.map(|p| Watched {
+                what,
                 files: vec![p.clone()],
             })
-            .into_iter()
-            .collect()
+        };
+        [
+            set(RBAC_POLICY, self.policy_file()),
+            set(AUTHORIZATION_CONFIG, self.config_file.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
-    fn reload(&self, _: &str) -> Result<(), BoxError> {
-        Ok(Authorizer::reload(self)?)
+    fn reload(&self, what: &str) -> Result<(), BoxError> {
+        match what {
+            AUTHORIZATION_CONFIG => Ok(self.reload_config()?),
+            _ => Ok(Authorizer::reload(self)?),
+        }
     }
 }
 
 impl Authorizer {
-    /// Builds the chain; loads the RBAC policy when `RBAC` is one of the modes.
+    /// The chain of `--authorization-mode` (`modes`, in order); loads the RBAC policy when
+    /// `RBAC` is one of them.
     pub fn new(modes: Vec<AuthzMode>, policy_file: Option<PathBuf>) -> Result<Self, PolicyError> {
-        let policy = match (&policy_file, modes.contains(&AuthzMode::Rbac)) {
+        let links = modes.into_iter().map(LinkSettings::from).collect();
+        Self::with_links(links, policy_file, None)
+    }
+
+    /// The chain `links` describe; `config_file` is the authorization configuration they came
+    /// from, read again when it changes.
+    pub fn with_links(
+        links: Vec<LinkSettings>,
+        policy_file: Option<PathBuf>,
+        config_file: Option<PathBuf>,
+    ) -> Result<Self, PolicyError> {
+        let rbac = links.iter().any(|l| matches!(l, LinkSettings::Rbac));
+        let policy = match (&policy_file, rbac) {
             (Some(path), true) => Policy::load(path)?,
             _ => Policy::default(),
         };
+        let cluster_sender = Arc::new(LateSender::default());
+        let chain = build_chain(links, &cluster_sender);
         Ok(Self {
-            modes,
+            chain: ArcSwap::from_pointee(chain),
             policy: ArcSwap::from_pointee(policy),
             policy_file,
-            access_review: OnceLock::new(),
+            config_file,
+            cluster_sender,
         })
     }
 
-    /// Asks `reviewer` about what no other mode allows, when `Webhook` is one of the modes.
-    /// Only the first call takes effect.
-    pub fn set_access_review(&self, reviewer: Box<dyn AccessReview>) {
-        if self.access_review.set(reviewer).is_err() {
+    /// Sends the reviews of `--authorization-mode=Webhook` with `sender` (cluster mode). Only
+    /// the first call takes effect.
+    pub fn set_access_review(&self, sender: Box<dyn AccessReview>) {
+        if self.cluster_sender.0.set(sender).is_err() {
             tracing::debug!("access review already set; kept the first");
         }
+    }
+
+    /// Reads `--authorization-config` again and puts its chain in force; on error the chain
+    /// in force stays.
+    pub fn reload_config(&self) -> Result<(), config::ConfigFileError> {
+        let Some(path) = &self.config_file else {
+            return Ok(());
+        };
+        let links = config::load(path)?;
+        self.chain
+            .store(Arc::new(build_chain(links, &self.cluster_sender)));
+        Ok(())
+    }
+
+    /// The chain's decision on `a` for `id`: `system:masters` first, then each authorizer in
+    /// order until one allows or denies.
+    pub async fn decide(&self, id: &Identity, a: &Attributes) -> ChainDecision {
+        let mut out = ChainDecision {
+            verdict: Verdict::NoOpinion,
+            reason: String::new(),
+            errors: Vec::new(),
+        };
+        if is_master(id) {
+            out.verdict = Verdict::Allow;
+            return out;
+        }
+        let chain = self.chain.load_full();
+        let mut reasons = Vec::new();
+        for link in chain.iter() {
+            let (verdict, reason, error) = match link {
+                Link::AlwaysAllow => (Verdict::Allow, String::new(), None),
+                Link::AlwaysDeny => (Verdict::NoOpinion, EVERYTHING_FORBIDDEN.into(), None),
+                Link::Rbac if self.policy.load().allows(id, a) => {
+                    (Verdict::Allow, String::new(), None)
+                }
+                Link::Rbac => (Verdict::NoOpinion, String::new(), None),
+                // Boxed: this network round trip is rare, and would otherwise enlarge every
+                // request's future.
+                Link::Webhook(hook) => {
+                    let answer = Box::pin(hook.decide(id, a)).await;
+                    (answer.verdict, answer.reason, answer.error)
+                }
+            };
+            // The authorizer that decides decides alone: the errors of those before it are
+            // dropped, as upstream's union does.
+            if verdict != Verdict::NoOpinion {
+                out.verdict = verdict;
+                out.reason = reason;
+                out.errors = error.into_iter().collect();
+                return out;
+            }
+            out.errors.extend(error);
+            if !reason.is_empty() {
+                reasons.push(reason);
+            }
+        }
+        out.reason = reasons.join("\n");
+        out
     }
 
     /// Applies impersonation to the authenticated identity `real`, then authorizes `a` for
@@ -169,33 +297,21 @@ impl Authorizer {
         } else {
             (real, None)
         };
-        if self.allows(&identity, a) {
-            return Ok(Admitted { identity, real });
+        let decision = self.decide(&identity, a).await;
+        match refusal(&identity, a, decision) {
+            None => Ok(Admitted { identity, real }),
+            Some(status) => Err(Refused::of(identity, status)),
         }
-        let mut message = forbidden_message(&identity, a);
-        if let (true, Some(reviewer)) = (self.webhook(), self.access_review.get()) {
-            // The review's future is boxed: this network round trip is rare, and would
-            // otherwise enlarge every request's future.
-            match reviewer.review(&identity, a).await {
-                Ok(decision) => {
-                    if !decision.reason.is_empty() {
-                        message = format!("{message}: {}", decision.reason);
-                    }
-                    if decision.allowed {
-                        return Ok(Admitted { identity, real });
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "SubjectAccessReview failed; no opinion"),
-            }
-        }
-        Err(Refused::of(identity, Status::forbidden(message)))
     }
 
     /// The policy file to watch, when RBAC is on.
     pub fn policy_file(&self) -> Option<&PathBuf> {
-        self.policy_file
-            .as_ref()
-            .filter(|_| self.modes.contains(&AuthzMode::Rbac))
+        self.policy_file.as_ref().filter(|_| self.rbac())
+    }
+
+    /// True when RBAC is one of the authorizers.
+    fn rbac(&self) -> bool {
+        self.chain.load().iter().any(|l| matches!(l, Link::Rbac))
     }
 
     /// Loads the policy file again; on error the old policy stays (and [`Reload`]).
@@ -211,36 +327,34 @@ impl Authorizer {
         self.policy.load_full()
     }
 
-    /// True when some mode allows `a` for `id`.
+    /// True when the authorizers answered synchronously (all but webhooks) allow `a` for
+    /// `id`.
     pub fn allows(&self, id: &Identity, a: &Attributes) -> bool {
-        if is_master(id) {
-            return true;
-        }
-        // Each mode allows or has no opinion (AlwaysDeny and RBAC never deny outright, as in
-        // kube); the first that allows wins, and a request no mode allows is refused.
-        self.modes.iter().any(|mode| match mode {
-            AuthzMode::AlwaysAllow => true,
-            AuthzMode::AlwaysDeny => false,
-            AuthzMode::Rbac => self.policy.load().allows(id, a),
-            // Asked asynchronously by the gateway when no other mode allows (see `webhook`).
-            AuthzMode::Webhook => false,
-        })
+        is_master(id)
+            || self.chain.load().iter().any(|link| match link {
+                Link::AlwaysAllow => true,
+                Link::Rbac => self.policy.load().allows(id, a),
+                Link::AlwaysDeny | Link::Webhook(_) => false,
+            })
     }
 
-    /// True when SubjectAccessReview (cluster mode) is one of the modes.
+    /// True when a webhook asks the cluster's SubjectAccessReview API with the cluster mode's
+    /// client (`--authorization-mode=Webhook`).
     pub fn webhook(&self) -> bool {
-        self.modes.contains(&AuthzMode::Webhook)
+        self.chain.load().iter().any(|l| {
+            matches!(l, Link::Webhook(w) if w.settings.connection == webhook::Connection::ClusterMode)
+        })
     }
 
     /// True when some grant of impersonation is possible for `id`: RBAC is on, or `id` is in
     /// `system:masters`.
     pub fn may_grant_impersonation(&self, id: &Identity) -> bool {
-        is_master(id) || self.modes.contains(&AuthzMode::Rbac)
+        is_master(id) || self.rbac()
     }
 
     /// True when `id` may impersonate what `a` names: by `system:masters` or an RBAC rule.
     pub fn grants_impersonation(&self, id: &Identity, a: &Attributes) -> bool {
-        is_master(id) || (self.modes.contains(&AuthzMode::Rbac) && self.policy.load().allows(id, a))
+        is_master(id) || (self.rbac() && self.policy.load().allows(id, a))
     }
 
     /// Allows `a` for `id`, or refuses it with kube-apiserver's message.
@@ -251,6 +365,45 @@ impl Authorizer {
             Err(Status::forbidden(forbidden_message(id, a)))
         }
     }
+}
+
+/// The chain `links` describe; the cluster mode's webhooks send with `cluster_sender`.
+fn build_chain(links: Vec<LinkSettings>, cluster_sender: &Arc<LateSender>) -> Vec<Link> {
+    links
+        .into_iter()
+        .map(|link| match link {
+            LinkSettings::AlwaysAllow => Link::AlwaysAllow,
+            LinkSettings::AlwaysDeny => Link::AlwaysDeny,
+            LinkSettings::Rbac => Link::Rbac,
+            LinkSettings::Webhook(settings) => {
+                let sender: Arc<dyn AccessReview> = match &settings.connection {
+                    webhook::Connection::ClusterMode => cluster_sender.clone(),
+                    other => Arc::new(webhook::KubeSender::new(other)),
+                };
+                Link::Webhook(Arc::new(webhook::Webhook::new(settings, sender)))
+            }
+        })
+        .collect()
+}
+
+/// The answer to a request the chain did not allow, None when it did: 403 with the reasons
+/// given, or 500 when an authorizer failed, as kube's authorization filter answers.
+pub fn refusal(id: &Identity, a: &Attributes, decision: ChainDecision) -> Option<Status> {
+    if decision.verdict == Verdict::Allow {
+        return None;
+    }
+    if !decision.errors.is_empty() {
+        let errors = decision.errors.join(", ");
+        tracing::warn!(user = %id.user, %errors, "authorization failed");
+        return Some(Status::internal(format!(
+            "Internal error occurred: {errors}"
+        )));
+    }
+    let mut message = forbidden_message(id, a);
+    if !decision.reason.is_empty() {
+        message = format!("{message}: {}", decision.reason);
+    }
+    Some(Status::forbidden(message))
 }
 
 fn is_master(id: &Identity) -> bool {
@@ -320,18 +473,17 @@ mod tests {
             .is_ok());
     }
 
-    /// An access review that answers one decision, or fails; counts the calls.
+    /// An access review that answers one status, or fails; counts the calls.
     struct FakeReview {
-        answer: Result<Decision, &'static str>,
+        answer: Result<serde_json::Value, &'static str>,
         calls: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl AccessReview for FakeReview {
         fn review<'a>(
             &'a self,
-            _id: &'a Identity,
-            _a: &'a Attributes,
-        ) -> BoxFuture<'a, Result<Decision, BoxError>> {
+            _review: &'a serde_json::Value,
+        ) -> BoxFuture<'a, Result<serde_json::Value, BoxError>> {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let answer = self.answer.clone().map_err(BoxError::from);
             Box::pin(async move { answer })
@@ -340,7 +492,7 @@ mod tests {
 
     fn webhook(
         modes: Vec<AuthzMode>,
-        answer: Result<Decision, &'static str>,
+        answer: Result<serde_json::Value, &'static str>,
     ) -> (Authorizer, Arc<std::sync::atomic::AtomicUsize>) {
         let calls = Arc::default();
         let authz = Authorizer::new(modes, None).unwrap();
@@ -351,12 +503,8 @@ mod tests {
         (authz, calls)
     }
 
-    fn decision(allowed: bool, reason: &str) -> Decision {
-        Decision {
-            allowed,
-            denied: false,
-            reason: reason.into(),
-        }
+    fn decision(allowed: bool, reason: &str) -> serde_json::Value {
+        serde_json::json!({"status": {"allowed": allowed, "reason": reason}})
     }
 
     fn calls(n: &std::sync::atomic::AtomicUsize) -> usize {
@@ -412,14 +560,31 @@ mod tests {
         );
         assert_eq!(refused.identity.as_deref(), Some(&bob));
 
-        // A review that fails is no opinion: refused with the plain message.
+        // A review that fails is no opinion with an error: when nothing else allows, a 500
+        // naming the failure, as kube-apiserver's authorization filter answers.
         let (authz, asked) = webhook(vec![AuthzMode::Webhook], Err("unreachable"));
         let refused = authz
             .admit(bob.clone(), &HeaderMap::new(), &a)
             .await
             .unwrap_err();
-        assert_eq!(refused.status.message(), forbidden_message(&bob, &a));
+        assert_eq!(
+            refused.status.code(),
+            http::StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            refused.status.message(),
+            "Internal error occurred: webhook \"webhook\": unreachable"
+        );
         assert_eq!(calls(&asked), 1);
+        // ... and a later authorizer that allows rescues it.
+        let (authz, _) = webhook(
+            vec![AuthzMode::Webhook, AuthzMode::AlwaysAllow],
+            Err("unreachable"),
+        );
+        assert!(authz
+            .admit(bob.clone(), &HeaderMap::new(), &a)
+            .await
+            .is_ok());
 
         // Without `Webhook` among the modes the review is never asked.
         let (authz, asked) = webhook(vec![AuthzMode::AlwaysDeny], Ok(decision(true, "")));
@@ -442,7 +607,7 @@ mod tests {
         );
         assert_eq!(
             refused.status.message(),
-            "forbidden: User \"carol\" cannot get path \"/apis\""
+            "forbidden: User \"carol\" cannot get path \"/apis\": Everything is forbidden."
         );
         let open = Authorizer::new(vec![AuthzMode::AlwaysAllow], None).unwrap();
         let admitted = open.admit(root.clone(), &h, &a).await.unwrap();

@@ -1,23 +1,50 @@
-//! Authorization settings: the authorizers in order and the RBAC policy file. Defaults and
-//! the mode names live only here.
+//! Authorization settings: the chain of authorizers in order (from `--authorization-config` or
+//! `--authorization-mode`) and the RBAC policy file. Defaults and the mode names live only
+//! here.
 
+use super::webhook::WebhookSettings;
 use super::AuthzMode;
 use std::path::PathBuf;
 
 /// How requests are authorized.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct AuthzSettings {
     /// Authorizers in order.
-    pub modes: Vec<AuthzMode>,
-    /// RBAC objects, for [`AuthzMode::Rbac`] (`--rbac-policy-file`).
+    pub links: Vec<LinkSettings>,
+    /// RBAC objects, for the `RBAC` authorizer (`--rbac-policy-file`).
     pub policy_file: Option<PathBuf>,
+    /// `--authorization-config`, which `links` came from (read again when it changes).
+    pub config_file: Option<PathBuf>,
+}
+
+/// One authorizer of the chain, as configured.
+#[derive(Debug, Clone)]
+pub enum LinkSettings {
+    AlwaysAllow,
+    AlwaysDeny,
+    Rbac,
+    Webhook(WebhookSettings),
+}
+
+impl From<AuthzMode> for LinkSettings {
+    /// An `--authorization-mode` entry; `Webhook` is the cluster's SubjectAccessReview API
+    /// with kube-apiserver's flag defaults.
+    fn from(mode: AuthzMode) -> Self {
+        match mode {
+            AuthzMode::AlwaysAllow => Self::AlwaysAllow,
+            AuthzMode::AlwaysDeny => Self::AlwaysDeny,
+            AuthzMode::Rbac => Self::Rbac,
+            AuthzMode::Webhook => Self::Webhook(WebhookSettings::cluster_mode()),
+        }
+    }
 }
 
 impl Default for AuthzSettings {
     fn default() -> Self {
         Self {
-            modes: vec![AuthzMode::AlwaysAllow],
+            links: vec![LinkSettings::AlwaysAllow],
             policy_file: None,
+            config_file: None,
         }
     }
 }
@@ -25,17 +52,28 @@ impl Default for AuthzSettings {
 impl AuthzSettings {
     /// The authorizer these settings describe, its RBAC policy loaded (`serve` and `check`).
     pub fn authorizer(&self) -> Result<super::Authorizer, super::PolicyError> {
-        super::Authorizer::new(self.modes.clone(), self.policy_file.clone())
+        super::Authorizer::with_links(
+            self.links.clone(),
+            self.policy_file.clone(),
+            self.config_file.clone(),
+        )
+    }
+
+    /// True when RBAC is one of the authorizers.
+    pub fn rbac(&self) -> bool {
+        self.links.iter().any(|l| matches!(l, LinkSettings::Rbac))
     }
 
     /// What is missing, by flag name.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
-        if self.policy_file.is_none() && self.modes.contains(&AuthzMode::Rbac) {
-            out.push((
-                "rbac-policy-file",
-                "is required with --authorization-mode=RBAC".into(),
-            ));
+        if self.policy_file.is_none() && self.rbac() {
+            let with = if self.config_file.is_some() {
+                "with an RBAC authorizer in --authorization-config"
+            } else {
+                "with --authorization-mode=RBAC"
+            };
+            out.push(("rbac-policy-file", format!("is required {with}")));
         }
         out
     }

@@ -7,7 +7,6 @@
 //! - [`services`]: `<name>.<namespace>.svc:<port>` to addresses through Services (ClusterIP) or
 //!   their EndpointSlices (`--enable-aggregator-routing`), from reflector caches.
 //! - [`tokenreview`]: bearer tokens checked with TokenReview, with a bounded TTL cache.
-//! - [`sar`]: the `Webhook` authorizer, SubjectAccessReview with a bounded TTL cache.
 //! - [`lease`]: leader election with a `coordination.k8s.io/v1` Lease.
 //! - [`status`]: availability conditions written back to APIService status by the leader.
 //! - [`cache`]: the bounded TTL cache the two reviewers share.
@@ -15,7 +14,6 @@
 pub mod apiservices;
 pub mod client;
 pub mod lease;
-pub mod sar;
 pub mod services;
 mod settings;
 pub use settings::{ClusterSettings, LeaderElection};
@@ -25,7 +23,6 @@ pub mod tokenreview;
 pub use apiservices::ApiServiceSource;
 pub use client::client;
 pub use lease::{LeaderElector, LeaseSettings};
-pub use sar::SubjectAccessReviewer;
 pub use services::{RoutingMode, ServiceResolver};
 pub use status::StatusWriter;
 pub use tokenreview::TokenReviewer;

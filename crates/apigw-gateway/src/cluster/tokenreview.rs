@@ -4,9 +4,9 @@
 //! reach the API server are not cached. Implements [`crate::authn::TokenReview`], through
 //! which the authenticator asks it.
 
-use crate::cache::{digest, TtlCache};
 use super::ClusterError;
 use crate::authn::Identity;
+use crate::cache::{digest, TtlCache};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use kube::api::{Api, PostParams};
 use std::time::Duration;

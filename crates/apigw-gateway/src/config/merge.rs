@@ -8,13 +8,13 @@ use super::sections::{
     LogFlags, ProxyFlags, ServerFlags, ServingFlags,
 };
 use super::{
-    camel, parse_duration, serving_problems, Checkable, Config, ConfigError, LogSettings, Origin,
-    Purpose,
+    camel, serving_problems, Checkable, Config, ConfigError, LogSettings, Origin, Purpose,
 };
 use crate::authn::{AuthnSettings, RequestHeaderSettings};
-use crate::authz::{AuthzMode, AuthzSettings};
+use crate::authz::{AuthzMode, AuthzSettings, LinkSettings};
 use crate::cluster::{ClusterSettings, LeaderElection};
 use crate::proxy::{parse_https_url, parse_resolve, BackendSettings, Delegate};
+use apigw_core::duration::parse_duration;
 use apigw_core::server::LimitsSettings;
 use apigw_core::server::ServerSettings;
 use std::collections::BTreeMap;
@@ -303,10 +303,7 @@ fn authn(f: &AuthnFlags, file: AuthnFlags, cx: &mut Cx) -> AuthnSettings {
     AuthnSettings {
         client_ca,
         token_file,
-        anonymous: f
-            .anonymous_auth
-            .or(file.anonymous_auth)
-            .unwrap_or(AuthnSettings::default().anonymous),
+        anonymous: f.anonymous_auth.or(file.anonymous_auth),
         request_header,
         authentication_config,
     }
@@ -462,6 +459,9 @@ fn cluster(
 }
 
 fn authz(f: &AuthzFlags, file: AuthzFlags, cluster: bool, cx: &mut Cx) -> AuthzSettings {
+    let modes_given = !f.authorization_mode.is_empty() || !file.authorization_mode.is_empty();
+    let (config_file, config_in_file) =
+        cx.path(&f.authorization_config, file.authorization_config.clone());
     let mut modes = Vec::new();
     for name in list(&f.authorization_mode, file.authorization_mode) {
         match AuthzMode::from_flag(&name) {
@@ -474,9 +474,28 @@ fn authz(f: &AuthzFlags, file: AuthzFlags, cluster: bool, cx: &mut Cx) -> AuthzS
             Err(m) => cx.later("--authorization-mode".into(), m),
         }
     }
-    if modes.is_empty() {
-        modes = AuthzSettings::default().modes;
-    }
+    let links: Vec<LinkSettings> = match &config_file {
+        Some(path) => {
+            let at = cx.origin.name("authorization-config", config_in_file);
+            if modes_given {
+                cx.later(
+                    at.clone(),
+                    "--authorization-config can not be specified when --authorization-mode or --authorization-webhook-* flags are defined".into(),
+                );
+            }
+            match crate::authz::config::load(path) {
+                Ok(links) => links,
+                Err(e) => {
+                    for problem in e.problems() {
+                        cx.later(at.clone(), problem);
+                    }
+                    Vec::new()
+                }
+            }
+        }
+        None if modes.is_empty() => AuthzSettings::default().links,
+        None => modes.into_iter().map(LinkSettings::from).collect(),
+    };
     // --rbac-policy-file, and its deprecated name --authorization-policy-file (kube-apiserver's
     // flag of that name reads ABAC): one setting, given once in each place.
     const RBAC: &str = "rbac-policy-file";
@@ -529,7 +548,11 @@ fn authz(f: &AuthzFlags, file: AuthzFlags, cluster: bool, cx: &mut Cx) -> AuthzS
             .name(if in_file { policy_key } else { policy_flag }, in_file);
         cx.later(at, format!("{}: no such file", p.display()));
     }
-    let settings = AuthzSettings { modes, policy_file };
+    let settings = AuthzSettings {
+        links,
+        policy_file,
+        config_file,
+    };
     for (flag, message) in settings.problems() {
         cx.later(format!("--{flag}"), message);
     }

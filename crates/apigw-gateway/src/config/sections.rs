@@ -258,6 +258,11 @@ section! {
             display_order = 27
         )]
         pub authorization_mode: Vec<String> = "authorizationMode",
+        /// kube's AuthorizationConfiguration file: the authorizers in order (RBAC, Webhook with
+        /// matchConditions, AlwaysAllow, AlwaysDeny); reloaded when it changes. Not with
+        /// --authorization-mode.
+        #[arg(long, help_heading = "Authorization", display_order = 27)]
+        pub authorization_config: Option<PathBuf> = "authorizationConfig",
         /// RBAC objects (Role, ClusterRole, RoleBinding, ClusterRoleBinding) for
         /// --authorization-mode=RBAC; reloaded when it changes.
         #[arg(long, help_heading = "Authorization", display_order = 28)]

@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::proxy::{parse_https_url, parse_resolve};
+use apigw_core::duration::{parse_duration, MAX_DURATION};
+use std::time::Duration;
 
 fn touch(dir: &Path, name: &str) -> PathBuf {
     let p = dir.join(name);
@@ -56,7 +58,10 @@ fn file_paths_are_relative_to_the_file_and_flags_win() {
         c.proxy.resolve[&("a.b.svc".to_string(), 443)],
         ["127.0.0.1:9443".parse().unwrap()]
     );
-    assert_eq!(c.authz.modes, vec![AuthzMode::AlwaysAllow]);
+    assert!(matches!(
+        c.authz.links[..],
+        [crate::authz::LinkSettings::AlwaysAllow]
+    ));
 }
 
 #[test]

@@ -83,12 +83,16 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let crate::authn::AuthnFiles { certs, tokens, jwt } =
-            cfg.authn.load().map_err(first_problem)?;
+        let crate::authn::AuthnFiles {
+            certs,
+            tokens,
+            jwt,
+            anonymous,
+        } = cfg.authn.load().map_err(first_problem)?;
         let metrics = Arc::new(Metrics::default());
         // One identity-header policy: authentication reads with it, the proxy strips with it.
         let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
-        let authn = Authenticator::new(identity_headers.clone(), tokens, cfg.authn.anonymous)
+        let authn = Authenticator::new(identity_headers.clone(), tokens, anonymous)
             .with_jwt(jwt)
             .reloading_from(
                 cfg.authn.token_file.clone(),
@@ -357,7 +361,7 @@ async fn start_cluster(
     gateway: &Arc<Gateway>,
     c: &crate::config::Cluster,
 ) -> anyhow::Result<ClusterParts> {
-    use crate::cluster::{self, lease, sar, services, status, tokenreview};
+    use crate::cluster::{self, lease, services, status, tokenreview};
     let client = cluster::client::client(c.kubeconfig.as_deref()).await?;
     let source =
         cluster::apiservices::ApiServiceSource::spawn(client.clone(), gateway.registry.clone());
@@ -377,9 +381,8 @@ async fn start_cluster(
     if gateway.authz.webhook() {
         gateway
             .authz
-            .set_access_review(Box::new(sar::SubjectAccessReviewer::new(
+            .set_access_review(Box::new(crate::authz::webhook::KubeSender::with_client(
                 client.clone(),
-                sar::SarSettings::default(),
             )));
     }
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kube-system".into());

@@ -167,7 +167,10 @@ impl Gateway {
         attrs: &Attributes,
     ) -> Result<Admitted, Refused> {
         paths::check(req.uri().path())?;
-        let real = self.authn.authenticate(req.headers(), peer).await?;
+        let real = self
+            .authn
+            .authenticate(req.headers(), req.uri().path(), peer)
+            .await?;
         self.authz.admit(real, req.headers(), attrs).await
     }
 

@@ -122,7 +122,7 @@ where
     };
     let status = match (group, resource) {
         (AUTHN, "selfsubjectreviews") => json!({"userInfo": user_info(identity)}),
-        (AUTHZ, "selfsubjectaccessreviews") => access(authz, identity, &spec),
+        (AUTHZ, "selfsubjectaccessreviews") => access(authz, identity, &spec).await,
         (AUTHZ, "selfsubjectrulesreviews") => rules(authz, identity, &spec),
         _ => {
             return Err(Status::not_found(
@@ -155,7 +155,8 @@ fn user_info(id: &Identity) -> Value {
     info
 }
 
-fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
+/// The chain's answer for `spec`, as kube-apiserver's SelfSubjectAccessReview gives it.
+async fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
     let s = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
     let a = if let Some(r) = spec.get("resourceAttributes").filter(|r| r.is_object()) {
         Attributes {
@@ -168,6 +169,12 @@ fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
             subresource: s(r, "subresource"),
             name: s(r, "name"),
             path: String::new(),
+            label_selector: r["labelSelector"]["rawSelector"]
+                .as_str()
+                .map(str::to_string),
+            field_selector: r["fieldSelector"]["rawSelector"]
+                .as_str()
+                .map(str::to_string),
         }
     } else {
         let r = &spec["nonResourceAttributes"];
@@ -177,11 +184,19 @@ fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
             ..Attributes::default()
         }
     };
-    if authz.allows(id, &a) {
-        json!({"allowed": true})
-    } else {
-        json!({"allowed": false, "reason": crate::authz::forbidden_message(id, &a)})
+    // The authorizers' own answer, as kube-apiserver's SelfSubjectAccessReview gives it.
+    let decision = authz.decide(id, &a).await;
+    let mut status = json!({
+        "allowed": decision.verdict == crate::authz::Verdict::Allow,
+        "reason": decision.reason,
+    });
+    if decision.verdict == crate::authz::Verdict::Deny {
+        status["denied"] = json!(true);
     }
+    if !decision.errors.is_empty() {
+        status["evaluationError"] = json!(decision.errors.join(", "));
+    }
+    status
 }
 
 fn rules(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {

@@ -463,3 +463,90 @@ async fn a_proxied_request_carries_the_identity_and_no_credentials() {
         );
     }
 }
+
+/// The authentication configuration's `anonymous` with `conditions`: requests without
+/// credentials are `system:anonymous` at exactly the listed paths, and 401 everywhere else
+/// (`/apis/` is not `/apis`), as kube-apiserver matches them.
+#[tokio::test]
+async fn anonymous_only_at_the_listed_paths() {
+    let (dir, pki) = dev_pki();
+    let auth = dir.path().join("authn.yaml");
+    std::fs::write(
+        &auth,
+        "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: AuthenticationConfiguration\n\
+         anonymous:\n  enabled: true\n  conditions:\n  - path: /apis\n  - path: /api\n",
+    )
+    .expect("authentication config");
+    let w = World::build(
+        dir,
+        pki,
+        &format!("authenticationConfig: {}\n", auth.display()),
+    );
+    for (path, want) in [
+        ("/apis", StatusCode::OK),
+        ("/api", StatusCode::OK),
+        ("/apis/", StatusCode::UNAUTHORIZED),
+        ("/apis/apiregistration.k8s.io", StatusCode::UNAUTHORIZED),
+        ("/openapi/v2", StatusCode::UNAUTHORIZED),
+    ] {
+        let (status, _, body) = w.send(w.get(path).body(empty()).unwrap()).await;
+        assert_eq!(status, want, "{path}: {body}");
+    }
+    // A bad token is a 401 even at a listed path: it is not taken as anonymous.
+    let bad = w
+        .get("/apis")
+        .header(header::AUTHORIZATION, "Bearer nope")
+        .body(empty())
+        .unwrap();
+    assert_eq!(w.send(bad).await.0, StatusCode::UNAUTHORIZED);
+    // Who the anonymous request was.
+    let review = Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .header(header::HOST, "gateway.test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(self_subject_review())
+        .unwrap();
+    assert_eq!(w.send(review).await.0, StatusCode::UNAUTHORIZED);
+}
+
+/// `--anonymous-auth` and the file's `anonymous` together are refused, as kube-apiserver
+/// refuses them; `enabled: false` with conditions is a problem of the file.
+#[test]
+fn anonymous_in_the_file_and_the_flag_conflict() {
+    let dir = tempfile::tempdir().expect("dir");
+    let auth = dir.path().join("authn.yaml");
+    std::fs::write(
+        &auth,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\nanonymous: {enabled: true}\n",
+    )
+    .expect("file");
+    let settings = crate::authn::AuthnSettings {
+        anonymous: Some(false),
+        authentication_config: Some(auth.clone()),
+        ..Default::default()
+    };
+    let errors = settings.load().err().unwrap_or_default();
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [format!("{}: anonymous: Forbidden: --anonymous-auth flag cannot be set when anonymous field is configured in authentication configuration file", auth.display())]
+    );
+    let settings = crate::authn::AuthnSettings {
+        anonymous: None,
+        ..settings
+    };
+    let files = settings.load().expect("no conflict without the flag");
+    assert_eq!(files.anonymous, crate::authn::Anonymous::Everywhere);
+    std::fs::write(
+        &auth,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n\
+         anonymous: {enabled: false, conditions: [{path: /livez}]}\n",
+    )
+    .expect("file");
+    let errors = settings.load().err().unwrap_or_default();
+    let text = apigw_core::errors::chain(&errors[0]);
+    assert!(
+        text.contains("anonymous.conditions")
+            && text.contains("enabled should be set to true when conditions are defined"),
+        "{text}"
+    );
+}

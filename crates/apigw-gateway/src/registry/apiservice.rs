@@ -321,7 +321,7 @@ fn dns1035_label(s: &str) -> Result<(), InvalidName> {
     NameRule::Dns1035Label.check(s, ok)
 }
 
-fn dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
+pub fn dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 253 && s.split('.').all(|l| dns1123_label(l).is_ok());
     NameRule::Dns1123Subdomain.check(s, ok)
 }

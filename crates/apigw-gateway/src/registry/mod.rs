@@ -6,7 +6,7 @@
 mod apiservice;
 mod manifests;
 
-pub use apiservice::{ApiService, FieldError, ServiceRef};
+pub use apiservice::{dns1123_subdomain, ApiService, FieldError, InvalidName, ServiceRef};
 pub use manifests::{load_dir, parse_manifest, watch_dir, ManifestError};
 
 use arc_swap::ArcSwap;

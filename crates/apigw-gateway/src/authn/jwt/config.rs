@@ -27,9 +27,27 @@ pub struct AuthenticationConfiguration {
     pub kind: String,
     #[serde(default)]
     pub jwt: Vec<JwtSpec>,
-    /// Read but not used here: anonymous auth is the gateway's own setting.
+    /// Where requests without credentials are anonymous (instead of `--anonymous-auth`).
     #[serde(default)]
-    pub anonymous: Option<serde_json::Value>,
+    pub anonymous: Option<AnonymousSpec>,
+}
+
+/// `anonymous`: enabled, and if `conditions` lists paths, only at those.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnonymousSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default)]
+    pub conditions: Vec<AnonymousCondition>,
+}
+
+/// One path where anonymous requests are served.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonymousCondition {
+    #[serde(default)]
+    pub path: String,
 }
 
 /// One `jwt` entry.
@@ -208,6 +226,20 @@ impl AuthenticationConfiguration {
         apigw_core::yaml::from_str::<Self>(text)
     }
 
+    /// What `anonymous` says, when the file has it: off, everywhere, or only at the listed
+    /// paths (matched exactly).
+    pub fn anonymous_settings(&self) -> Option<crate::authn::Anonymous> {
+        use crate::authn::Anonymous;
+        let a = self.anonymous.as_ref()?;
+        Some(match (a.enabled, a.conditions.is_empty()) {
+            (false, _) => Anonymous::Off,
+            (true, true) => Anonymous::Everywhere,
+            (true, false) => {
+                Anonymous::Paths(a.conditions.iter().map(|c| c.path.clone()).collect())
+            }
+        })
+    }
+
     /// Checks every field as kube-apiserver does and returns the issuers' settings in order.
     pub fn validate(&self) -> Result<Vec<IssuerSettings>, ConfigError> {
         let mut v = Validator::default();
@@ -226,6 +258,14 @@ impl AuthenticationConfiguration {
                 "kind",
                 format!("unsupported value {:?}: expected {KIND:?}", self.kind),
             );
+        }
+        if let Some(a) = &self.anonymous {
+            if !a.enabled && !a.conditions.is_empty() {
+                v.bad(
+                    "anonymous.conditions",
+                    "enabled should be set to true when conditions are defined",
+                );
+            }
         }
         let mut urls = HashSet::new();
         let mut discovery_urls = HashSet::new();

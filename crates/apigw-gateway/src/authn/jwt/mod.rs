@@ -10,10 +10,10 @@ mod keys;
 #[cfg(test)]
 mod tests;
 
+pub use crate::expr::Expression;
 pub use config::{
     AuthenticationConfiguration, ConfigError, IssuerSettings, Mapping, PrefixedClaim, Problem, Rule,
 };
-pub use crate::expr::Expression;
 pub use keys::{FetchError, FetchTiming, IssuerKeys, KeySet};
 
 use crate::authn::Identity;
@@ -109,6 +109,8 @@ struct Issuer {
 /// Every `jwt` authenticator of one configuration.
 pub struct JwtAuthenticator {
     issuers: Vec<Issuer>,
+    /// The file's `anonymous`, when it has one.
+    anonymous: Option<crate::authn::Anonymous>,
 }
 
 impl fmt::Debug for JwtAuthenticator {
@@ -122,8 +124,16 @@ impl fmt::Debug for JwtAuthenticator {
 impl JwtAuthenticator {
     /// Reads and validates a configuration file's text (YAML or JSON). No fetch happens yet.
     pub fn from_text(text: &str, timing: FetchTiming) -> Result<Self, BuildError> {
-        let settings = AuthenticationConfiguration::parse(text)?.validate()?;
-        Self::new(settings, timing)
+        let config = AuthenticationConfiguration::parse(text)?;
+        let settings = config.validate()?;
+        let mut jwt = Self::new(settings, timing)?;
+        jwt.anonymous = config.anonymous_settings();
+        Ok(jwt)
+    }
+
+    /// The file's `anonymous`: where requests without credentials are anonymous.
+    pub fn anonymous(&self) -> Option<&crate::authn::Anonymous> {
+        self.anonymous.as_ref()
     }
 
     /// An authenticator for validated settings. No fetch happens yet.
@@ -136,7 +146,10 @@ impl JwtAuthenticator {
                 Ok(Issuer { settings: s, keys })
             })
             .collect::<Result<_, FetchError>>()?;
-        Ok(Self { issuers })
+        Ok(Self {
+            issuers,
+            anonymous: None,
+        })
     }
 
     /// The configured issuers' URLs, in order.
