@@ -8,7 +8,7 @@ use crate::support;
 use crate::support::goaddon::{GoAddon, GoOpts};
 use crate::support::tool::{kubectl, kubectl_command, kubectl_in};
 use crate::support::upstream::{clientgo, curl, wait_for, Apigw, ControlPlane};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
@@ -1109,4 +1109,144 @@ fn each_str<'a>(v: &'a Value, pointer: &str) -> Vec<&'a str> {
     each(v)
         .filter_map(|e| e.pointer(pointer).and_then(Value::as_str))
         .collect()
+}
+
+/// What the gatekeeper webhook decides: alice may read wardle resources, bob is suspended
+/// from flunders, deletes fail (an HTTP 500), anything else is no opinion.
+fn gatekeeper(spec: &Value) -> Option<Value> {
+    let ra = &spec["resourceAttributes"];
+    let (user, verb) = (spec["user"].as_str(), ra["verb"].as_str());
+    Some(match (user, verb, ra["resource"].as_str()) {
+        (_, Some("delete"), _) => return None,
+        (Some("alice"), Some("get" | "list" | "watch"), _) => {
+            json!({"allowed": true, "reason": "alice reads wardle"})
+        }
+        (Some("bob"), _, Some("flunders")) => {
+            json!({"allowed": false, "denied": true, "reason": "bob is suspended"})
+        }
+        _ => json!({"allowed": false}),
+    })
+}
+
+/// 32: one `AuthorizationConfiguration` file (a webhook with a match condition, then RBAC)
+/// given to kube-apiserver and to apigw: the same requests get the same decisions through
+/// both front doors (and the same 403 message), and apigw sends the webhook the same
+/// SubjectAccessReview kube-apiserver sends.
+#[test]
+fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let pki = support::Pki::new();
+    let hook = rt.block_on(support::authz_webhook::AuthzWebhook::start(
+        &pki, gatekeeper,
+    ));
+    let kubeconfig = hook.kubeconfig(pki.path("webhook.kubeconfig"));
+    let config = pki.path("authorization.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n\
+             - type: Webhook\n  name: gatekeeper\n  webhook:\n    timeout: 5s\n\
+             \x20   subjectAccessReviewVersion: v1\n    matchConditionSubjectAccessReviewVersion: v1\n\
+             \x20   failurePolicy: NoOpinion\n    authorizedTTL: 1m\n    unauthorizedTTL: 1m\n\
+             \x20   connectionInfo:\n      type: KubeConfigFile\n      kubeConfigFile: {}\n\
+             \x20   matchConditions:\n\
+             \x20   - expression: has(request.resourceAttributes) && request.resourceAttributes.group == 'wardle.example.com'\n\
+             - type: RBAC\n  name: rbac\n",
+            kubeconfig.display()
+        ),
+    )
+    .expect("the authorization config");
+    // RBAC grants bob what the webhook's denial must override, in both.
+    let rbac = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: flunder-reader}\n\
+                rules: [{apiGroups: [wardle.example.com], resources: [flunders], verbs: [get, list]}]\n---\n\
+                apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: bob-reads-flunders}\n\
+                roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: flunder-reader}\n\
+                subjects: [{kind: User, name: bob, apiGroup: rbac.authorization.k8s.io}]\n";
+    let policy = pki.path("rbac.yaml");
+    std::fs::write(&policy, rbac).expect("the RBAC file");
+
+    let config_arg = format!("-authorization-config={}", config.display());
+    let cp = ControlPlane::start(&[&config_arg]);
+    cp.kubectl_in(&["apply", "-f", "-"], rbac).ok();
+    let mut args = cp.manifest_mode();
+    args.extend([
+        "--authorization-config".into(),
+        config.display().to_string(),
+        "--rbac-policy-file".into(),
+        policy.display().to_string(),
+    ]);
+    let gw = Apigw::start(&cp, &args);
+    gw.await_available(&cp, &WARDLE);
+    let kube = cp.state.apiserver.clone();
+    let flunders = "/apis/wardle.example.com/v1alpha1/namespaces/default/flunders";
+    // (user, method, path): the answer's status code and, for a 403, its message.
+    let ask = |base: &str, user: &str, method: &str, path: &str| {
+        let ran = curl(
+            &cp,
+            user,
+            &[
+                "-X",
+                method,
+                "-w",
+                "\n%{http_code}",
+                &format!("{base}{path}"),
+            ],
+        );
+        let text = ran.stdout();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+        let message = serde_json::from_str::<Value>(body)
+            .map(|v| v["message"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default();
+        (code.to_string(), message)
+    };
+    hook.take();
+    // alice reads flunders by the webhook's leave; kube-apiserver asks first.
+    let through_kube = ask(&kube, "alice", "GET", flunders);
+    let kube_specs = hook.take();
+    let through_apigw = ask(&gw.url, "alice", "GET", flunders);
+    let apigw_specs = hook.take();
+    assert_eq!(through_kube.0, "200", "{through_kube:?}");
+    assert_eq!(through_apigw, through_kube);
+    assert!(
+        !kube_specs.is_empty(),
+        "kube-apiserver never asked the webhook"
+    );
+    // sample-apiserver's own review of alice (through kube-apiserver) is cached there by
+    // now: what reached the webhook after the request through apigw is apigw's review.
+    assert_eq!(apigw_specs.len(), 1, "{apigw_specs:#?}");
+    assert!(
+        kube_specs.contains(&apigw_specs[0]),
+        "apigw's review differs from kube-apiserver's:\napigw: {}\nkube: {kube_specs:#?}",
+        apigw_specs[0]
+    );
+
+    for (user, method, path, want) in [
+        // The webhook's denial wins over RBAC's grant, with its reason in the message.
+        ("bob", "GET", flunders.to_string(), "403"),
+        // Not a wardle resource: the webhook is not asked, and RBAC grants nothing.
+        (
+            "bob",
+            "GET",
+            "/apis/apps/v1/namespaces/default/deployments".to_string(),
+            "403",
+        ),
+        // The webhook fails (after upstream's retries) and nothing else allows: 500.
+        ("alice", "DELETE", format!("{flunders}/nothing"), "500"),
+    ] {
+        let through_kube = ask(&kube, user, method, &path);
+        let through_apigw = ask(&gw.url, user, method, &path);
+        assert_eq!(
+            through_kube.0, want,
+            "{user} {method} {path} through kube-apiserver: {through_kube:?}"
+        );
+        assert_eq!(
+            through_apigw.0, want,
+            "{user} {method} {path} through apigw: {through_apigw:?}"
+        );
+        if want == "403" {
+            assert_eq!(through_apigw.1, through_kube.1, "{user} {method} {path}");
+        }
+    }
+    let denied = ask(&gw.url, "bob", "GET", flunders);
+    assert!(denied.1.ends_with(": bob is suspended"), "{denied:?}");
 }

@@ -1,6 +1,7 @@
 //! Test vocabulary: a PKI made with rcgen, an echo backend that records what it receives,
 //! gateways started on loopback with a manifest directory, and a TLS client.
 
+pub mod authz_webhook;
 pub mod binary;
 pub mod exec;
 pub mod goaddon;

@@ -203,6 +203,8 @@ impl Webhook {
                 Err(e) => return Answer::failed(s.failure_policy, e),
             }
         }
+        // As Go encodes it: empty strings, lists and maps left out (`omitempty`).
+        let spec = omit_empty(spec);
         let spec_text = Value::Object(spec.clone()).to_string();
         let key = digest(&["subjectaccessreview", &spec_text]);
         let status = match self.cache.get(&key) {
@@ -345,6 +347,30 @@ pub fn spec(id: &Identity, a: &Attributes) -> Map<String, Value> {
         spec.insert("uid".into(), json!(uid));
     }
     spec
+}
+
+/// `spec` without its empty strings, lists and maps, as Go's `omitempty` writes a
+/// SubjectAccessReviewSpec (match conditions see the full spec, whose empty fields read as
+/// `""`, as upstream's typed CEL object does).
+fn omit_empty(spec: Map<String, Value>) -> Map<String, Value> {
+    spec.into_iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Object(m) => Value::Object(omit_empty(m)),
+                other => other,
+            };
+            let empty = match &v {
+                Value::String(s) => s.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                Value::Object(m) => {
+                    m.is_empty() && k != "resourceAttributes" && k != "nonResourceAttributes"
+                }
+                Value::Null => true,
+                _ => false,
+            };
+            (!empty).then_some((k, v))
+        })
+        .collect()
 }
 
 /// The review sent: `spec` in the version the webhook speaks (v1beta1 names the groups

@@ -63,6 +63,8 @@ type options struct {
 	sample, register, exitOnEOF    bool
 	readyTimeout                   time.Duration
 	extraAPIServer, extraSampleArg stringList
+	// authorizationConfig replaces --authorization-mode=RBAC when set.
+	authorizationConfig string
 }
 
 type stringList []string
@@ -82,6 +84,7 @@ func main() {
 	flag.BoolVar(&o.exitOnEOF, "exit-on-eof", false, "stop when stdin closes (for a parent process that may die)")
 	flag.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long each server may take to become ready")
 	flag.Var(&o.extraAPIServer, "apiserver-arg", "one more kube-apiserver flag (repeatable)")
+	flag.StringVar(&o.authorizationConfig, "authorization-config", "", "kube-apiserver's --authorization-config, instead of --authorization-mode=RBAC")
 	flag.Var(&o.extraSampleArg, "sample-arg", "one more sample-apiserver flag (repeatable)")
 	flag.Parse()
 	if o.dir == "" {
@@ -175,7 +178,7 @@ func run(o options) error {
 		"--secure-port=" + strconv.Itoa(ports[2]),
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
 		"--client-ca-file=" + f("ca.crt"),
-		"--authorization-mode=RBAC",
+		authorization(o.authorizationConfig),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f("sa.pub"), "--service-account-signing-key-file=" + f("sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16",
@@ -481,4 +484,13 @@ func tail(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// authorization is kube-apiserver's authorization flag: the configuration file when one is
+// given, else RBAC alone.
+func authorization(config string) string {
+	if config != "" {
+		return "--authorization-config=" + config
+	}
+	return "--authorization-mode=RBAC"
 }
