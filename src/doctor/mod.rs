@@ -2,7 +2,9 @@
 //! would take it (manifest, name resolution, TCP, TLS with the served chain explained, the proxy
 //! client certificate, the discovery GET), and reports every step as ok, warning or failed with
 //! the one fix to make, plus the curl and openssl commands that repeat each check by hand. It
-//! also checks the gateway's own serving and proxy client certificate files.
+//! also checks the gateway's own serving and proxy client certificate files, and trust from the
+//! backends' end ([`trust`]): whether they accept apigw's identity, as the cluster's
+//! `extension-apiserver-authentication` ConfigMap tells them to.
 //!
 //! - [`report`]: the findings and their text and JSON forms.
 //! - `checks`: the walk; `answers`: what the backend's answers mean; `probe`: the recording TLS probe; `chain`: the served chain explained;
@@ -15,6 +17,7 @@ mod own_certs;
 mod probe;
 pub mod recipes;
 pub mod report;
+pub mod trust;
 
 pub use report::{Recipe, Report, ServiceReport, Status, Step};
 
@@ -39,6 +42,11 @@ pub struct DoctorArgs {
     /// [default: $TMPDIR/apigw-doctor].
     #[arg(long)]
     pub ca_dir: Option<PathBuf>,
+    /// The backends' front-proxy settings: the kube-system/extension-apiserver-authentication
+    /// ConfigMap as `kubectl get configmap -o yaml` writes it [default: read from the cluster
+    /// in cluster mode].
+    #[arg(long, value_name = "FILE")]
+    pub extension_apiserver_authentication: Option<PathBuf>,
 }
 
 /// What to diagnose.
@@ -47,6 +55,8 @@ pub struct Options {
     /// APIService names; empty means all.
     pub names: Vec<String>,
     pub ca_dir: PathBuf,
+    /// `--extension-apiserver-authentication`.
+    pub trust_file: Option<PathBuf>,
 }
 
 /// Runs `apigw doctor`: prints the report; failure when any check failed.
@@ -56,6 +66,7 @@ pub async fn command(args: DoctorArgs) -> ExitCode {
             let opts = Options {
                 names: args.apiservices,
                 ca_dir: args.ca_dir.unwrap_or_else(recipes::default_ca_dir),
+                trust_file: args.extension_apiserver_authentication,
             };
             diagnose(&cfg, &opts).await
         }
@@ -94,6 +105,22 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
         gateway: own_certs::check(cfg),
         apiservices: Vec::new(),
     };
+    // Trust from the backends' end, when their settings are known.
+    let expectation = match &opts.trust_file {
+        Some(file) => Some(trust::Expectation::from_file(file)),
+        None => trust::Expectation::from_cluster(cfg).await,
+    };
+    let backend_trust = match &expectation {
+        Some(Ok(exp)) => Some((trust::check(exp, cfg), exp.source.clone())),
+        Some(Err(step)) => {
+            report.gateway.push(step.clone());
+            None
+        }
+        None => None,
+    };
+    if let Some((steps, _)) = &backend_trust {
+        report.gateway.extend(steps.iter().cloned());
+    }
     let ctx = match context(cfg, opts) {
         Ok(ctx) => ctx,
         Err(step) => {
@@ -128,6 +155,15 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
         }
     });
     report.apiservices = futures_util::future::join_all(walks).await;
+    if let Some((steps, source)) = &backend_trust {
+        for svc in report
+            .apiservices
+            .iter_mut()
+            .filter(|s| s.target != "Local" && s.target != "?")
+        {
+            svc.steps.push(trust::verdict(steps, source));
+        }
+    }
     report
 }
 

@@ -26,6 +26,7 @@ async fn diagnose(w: &World, cfg: &Config) -> Report {
     let opts = Options {
         names: Vec::new(),
         ca_dir: w.pki.path("doctor-ca"),
+        trust_file: None,
     };
     apigw::doctor::diagnose(cfg, &opts).await
 }
@@ -673,4 +674,106 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// The `extension-apiserver-authentication` ConfigMap of a cluster whose front proxy is the
+/// world's (`front-proxy-ca`), with `edit` applied to its data.
+fn trust_configmap(w: &World, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let mut cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+        "data": {
+            "client-ca-file": w.pki.pem("ca.crt"),
+            "requestheader-client-ca-file": w.pki.pem("front-proxy-ca.crt"),
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+            "requestheader-uid-headers": "[\"X-Remote-Uid\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+            "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]",
+        }
+    });
+    edit(&mut cm["data"]);
+    let path = w.pki.path("extension-apiserver-authentication.yaml");
+    std::fs::write(&path, apigw_core::yaml::to_string(&cm).expect("yaml")).expect("write");
+    path
+}
+
+async fn diagnose_trust(w: &World, cfg: &Config, file: PathBuf) -> Report {
+    let opts = Options {
+        names: Vec::new(),
+        ca_dir: w.pki.path("doctor-ca"),
+        trust_file: Some(file),
+    };
+    apigw::doctor::diagnose(cfg, &opts).await
+}
+
+/// Trust from the backends' end, from the ConfigMap as kubectl writes it: right as the world
+/// is, then a wrong requestheader CA, a disallowed CN and a missing UID header, each named
+/// with its fix, and each APIService told whether its backend accepts apigw's identity.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_doctor_checks_trust_from_the_backends_end() {
+    let w = World::new();
+    let (_echo, cfg) = setup(&w, &w.addon_ca, None, &w.addon_ca).await;
+    let right = trust_configmap(&w, |_| {});
+    let r = diagnose_trust(&w, &cfg, right).await;
+    for check in ["backend-trust-chain", "backend-trust-name"] {
+        assert_eq!(step(&r, None, check).status, Status::Ok, "{}", r.to_text());
+    }
+    assert!(
+        r.gateway
+            .iter()
+            .filter(|s| s.check == "backend-trust-headers")
+            .all(|s| s.status == Status::Ok),
+        "{}",
+        r.to_text()
+    );
+    assert_eq!(step(&r, Some(NAME), "proxy-identity").status, Status::Ok);
+
+    // The backends trust another front-proxy CA.
+    let rogue = w.pki.pem("rogue-ca.crt");
+    let wrong_ca = trust_configmap(&w, |d| d["requestheader-client-ca-file"] = rogue.into());
+    let r = diagnose_trust(&w, &cfg, wrong_ca).await;
+    let s = assert_failed(&r, None, "backend-trust-chain", "UntrustedProxyClientCert");
+    assert!(
+        fix(s).contains("--requestheader-client-ca-file"),
+        "{}",
+        fix(s)
+    );
+    assert!(s.details.iter().any(|d| d.contains("rogue-ca")), "{s:?}");
+    let verdict = assert_failed(&r, Some(NAME), "proxy-identity", "UntrustedProxyClientCert");
+    assert!(
+        verdict.message.contains("refuses apigw's identity"),
+        "{verdict:?}"
+    );
+
+    // apigw's CN is not an allowed name.
+    let names = trust_configmap(&w, |d| {
+        d["requestheader-allowed-names"] = "[\"aggregator\"]".into()
+    });
+    let r = diagnose_trust(&w, &cfg, names).await;
+    let s = assert_failed(&r, None, "backend-trust-name", "DisallowedName");
+    assert!(s.message.contains("CN=front-proxy-client"), "{}", s.message);
+    assert!(
+        fix(s).contains("add front-proxy-client to kube-apiserver's --requestheader-allowed-names"),
+        "{}",
+        fix(s)
+    );
+
+    // The backends read no UID header: a warning, the identity still accepted.
+    let no_uid = trust_configmap(&w, |d| {
+        d.as_object_mut()
+            .map(|m| m.remove("requestheader-uid-headers"));
+    });
+    let r = diagnose_trust(&w, &cfg, no_uid).await;
+    let uid = r
+        .gateway
+        .iter()
+        .find(|s| s.reason == Some("MissingUidHeader"))
+        .unwrap_or_else(|| panic!("no MissingUidHeader step:\n{}", r.to_text()));
+    assert_eq!(uid.status, Status::Warning);
+    assert!(
+        fix(uid).contains("--requestheader-uid-headers") && uid.message.contains("X-Remote-Uid"),
+        "{uid:?}"
+    );
+    assert_eq!(step(&r, Some(NAME), "proxy-identity").status, Status::Ok);
 }

@@ -289,6 +289,7 @@ async fn doctor_probes_a_go_addon() {
     let opts = apigw::doctor::Options {
         names: Vec::new(),
         ca_dir: world.pki.path("doctor-ca"),
+        trust_file: None,
     };
     let report = apigw::doctor::diagnose(&cfg, &opts).await;
     assert!(!report.failed(), "{}", report.to_text());

@@ -1250,3 +1250,128 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
     let denied = ask(&gw.url, "bob", "GET", flunders);
     assert!(denied.1.ends_with(": bob is suspended"), "{denied:?}");
 }
+
+/// The doctor's report as JSON, run against this control plane with `args`.
+fn doctor(cp: &ControlPlane, args: &[String]) -> Value {
+    let mut all: Vec<&str> = vec!["doctor", "--output", "json"];
+    all.extend(args.iter().map(String::as_str));
+    let ca_dir = cp.arg("doctor-ca");
+    all.extend(["--ca-dir", &ca_dir]);
+    let out = support::binary::run(None, &all);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor printed no JSON ({e}):\n{}",
+            support::binary::text(&out)
+        )
+    })
+}
+
+/// The gateway-wide step `check` of a doctor report: (status, reason, fix).
+fn trust_step(report: &Value, check: &str, reason: Option<&str>) -> (String, String) {
+    let step = report["gateway"]
+        .as_array()
+        .and_then(|steps| {
+            steps
+                .iter()
+                .find(|s| s["check"] == check && reason.is_none_or(|r| s["reason"] == r))
+        })
+        .unwrap_or_else(|| panic!("no {check} ({reason:?}) step in {report:#}"));
+    (
+        step["status"].as_str().unwrap_or_default().to_string(),
+        step["fix"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// 32: `apigw doctor` in cluster mode reads what backends trust from kube-apiserver's
+/// `kube-system/extension-apiserver-authentication` ConfigMap, and checks apigw's proxy
+/// client certificate against it: the right one passes; one from the cluster CA is a wrong
+/// requestheader CA, one from the front-proxy CA named `stranger` is a disallowed CN, each
+/// with its fix. The same ConfigMap written by kubectl, without its UID header key, is a
+/// missing UID header.
+#[test]
+fn the_doctor_checks_apigw_against_kube_apiservers_front_proxy_settings() {
+    let cp = ControlPlane::start(&["-sample=false", "-register=false"]);
+    let right = doctor(&cp, &cp.cluster_mode());
+    for check in ["backend-trust-chain", "backend-trust-name"] {
+        assert_eq!(trust_step(&right, check, None).0, "ok", "{right:#}");
+    }
+    let headers: Vec<&Value> = right["gateway"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter(|s| s["check"] == "backend-trust-headers")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(headers.len(), 4, "{right:#}");
+    assert!(headers.iter().all(|s| s["status"] == "ok"), "{right:#}");
+
+    let with_cert = |name: &str| {
+        // The front door's flags, but the proxy client pair.
+        let mut args: Vec<String> = Vec::new();
+        let mut given = cp.cluster_mode().into_iter();
+        while let Some(arg) = given.next() {
+            if arg.starts_with("--proxy-client-") {
+                given.next();
+            } else {
+                args.push(arg);
+            }
+        }
+        args.extend([
+            "--proxy-client-cert-file".into(),
+            cp.arg(&format!("{name}.crt")),
+            "--proxy-client-key-file".into(),
+            cp.arg(&format!("{name}.key")),
+        ]);
+        args
+    };
+    let wrong_ca = doctor(&cp, &with_cert("alice"));
+    let (status, fix) = trust_step(
+        &wrong_ca,
+        "backend-trust-chain",
+        Some("UntrustedProxyClientCert"),
+    );
+    assert_eq!(status, "failed");
+    assert!(fix.contains("--requestheader-client-ca-file"), "{fix}");
+    assert_eq!(wrong_ca["ok"], false);
+
+    let stranger = doctor(&cp, &with_cert("stranger-proxy-client"));
+    let (status, fix) = trust_step(&stranger, "backend-trust-name", Some("DisallowedName"));
+    assert_eq!(status, "failed");
+    assert!(
+        fix.contains("add stranger to kube-apiserver's --requestheader-allowed-names"),
+        "{fix}"
+    );
+
+    // The ConfigMap as kubectl writes it, less the UID header key (a cluster before 1.32).
+    let yaml = cp
+        .kubectl(&[
+            "get",
+            "configmap",
+            "-n",
+            "kube-system",
+            "extension-apiserver-authentication",
+            "-o",
+            "yaml",
+        ])
+        .ok();
+    let mut cm: Value = apigw_core::yaml::from_str(&yaml).expect("the ConfigMap");
+    let removed = cm["data"]
+        .as_object_mut()
+        .and_then(|d| d.remove("requestheader-uid-headers"));
+    assert!(
+        removed.is_some(),
+        "kube-apiserver published no UID header: {yaml}"
+    );
+    let file = cp.path("extension-apiserver-authentication.yaml");
+    std::fs::write(&file, apigw_core::yaml::to_string(&cm).expect("yaml")).expect("write");
+    let mut args = cp.cluster_mode();
+    args.extend([
+        "--extension-apiserver-authentication".into(),
+        file.display().to_string(),
+    ]);
+    let no_uid = doctor(&cp, &args);
+    let (status, fix) = trust_step(&no_uid, "backend-trust-headers", Some("MissingUidHeader"));
+    assert_eq!(status, "warning");
+    assert!(fix.contains("--requestheader-uid-headers"), "{fix}");
+}

@@ -77,12 +77,24 @@ struct Names {
 }
 
 /// The requestheader scheme.
-const REQUEST_HEADER: Names = Names {
+static REQUEST_HEADER: Names = Names {
     user: HeaderName::from_static("x-remote-user"),
     uid: HeaderName::from_static("x-remote-uid"),
     group: HeaderName::from_static("x-remote-group"),
     extra: "x-remote-extra-",
 };
+/// The names the proxy sends an identity under to backends (`x-remote-user`, `x-remote-uid`,
+/// `x-remote-group`, `x-remote-extra-`): what a backend's requestheader configuration must
+/// list for it to read them.
+pub fn sent_names() -> [(&'static str, &'static str); 4] {
+    [
+        ("username", REQUEST_HEADER.user.as_str()),
+        ("uid", REQUEST_HEADER.uid.as_str()),
+        ("group", REQUEST_HEADER.group.as_str()),
+        ("extra prefix", REQUEST_HEADER.extra),
+    ]
+}
+
 /// The same for impersonation.
 const IMPERSONATE: Names = Names {
     user: HeaderName::from_static("impersonate-user"),

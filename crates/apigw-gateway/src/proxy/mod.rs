@@ -17,7 +17,7 @@ mod pool;
 pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use forward::ForwardError;
 pub(crate) use headers::{decimal, dotted};
-pub use headers::{escape_extra_key, remove_hop_by_hop, set_identity, Forwarded};
+pub use headers::{escape_extra_key, remove_hop_by_hop, sent_names, set_identity, Forwarded};
 pub use pool::{PoolError, STREAMS_PER_CONN};
 
 use crate::authn::Identity;

@@ -169,6 +169,8 @@ func makePKI(dir string, sampleHost string) error {
 	for _, l := range []leaf{
 		{file: "front-proxy-client", cn: "front-proxy-client", client: true},
 		{file: "apigw-proxy-client", cn: "apigw", client: true},
+		// From the right CA with a name kube-apiserver does not allow (the doctor's test).
+		{file: "stranger-proxy-client", cn: "stranger", client: true},
 	} {
 		if err := proxy.issue(dir, l); err != nil {
 			return err
