@@ -925,3 +925,66 @@ fn dev_sends_to_the_ports_it_is_given() {
         );
     }
 }
+
+/// `--authorization-config` as `apigw check` reads it: a good file passes; its problems are
+/// listed by field; with `--authorization-mode` too, kube-apiserver's refusal.
+#[test]
+fn check_reads_the_authorization_config_and_refuses_it_with_the_modes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("authz.yaml");
+    let c = s(&config);
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- {type: AlwaysAllow, name: alwaysallow}\n",
+    )
+    .expect("write");
+    let out = apigw_in(dir.path(), &["check", "--authorization-config", &c]);
+    assert_eq!(out.status.code(), Some(0), "{}", all(&out));
+
+    let out = apigw_in(
+        dir.path(),
+        &[
+            "check",
+            "--authorization-config",
+            &c,
+            "--authorization-mode",
+            "RBAC",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(
+        stdout(&out).contains("error: --authorization-config: --authorization-config can not be specified when --authorization-mode or --authorization-webhook-* flags are defined"),
+        "{}",
+        all(&out)
+    );
+
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- {type: Node, name: node}\n",
+    )
+    .expect("write");
+    let out = apigw_in(dir.path(), &["check", "--authorization-config", &c]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(
+        stdout(&out).contains(
+            "error: --authorization-config: authorizers[0].type: Unsupported value: \"Node\""
+        ),
+        "{}",
+        all(&out)
+    );
+
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- {type: RBAC, name: rbac}\n",
+    )
+    .expect("write");
+    let out = apigw_in(dir.path(), &["check", "--authorization-config", &c]);
+    assert_eq!(out.status.code(), Some(1), "{}", all(&out));
+    assert!(
+        stdout(&out).contains(
+            "error: --rbac-policy-file: is required with an RBAC authorizer in --authorization-config"
+        ),
+        "{}",
+        all(&out)
+    );
+}

@@ -642,3 +642,50 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod reload_tests {
+    use crate::authn::Identity;
+    use crate::authz::{Attributes, AuthzSettings, LinkSettings, Verdict};
+    use apigw_core::reload::Reload;
+    use http::Method;
+
+    /// A changed file is put in force whole; a bad one is refused with its problems and the
+    /// chain in force stays.
+    #[tokio::test]
+    async fn the_file_is_reloaded_and_a_bad_one_keeps_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("authz.yaml");
+        let write = |authorizers: &str| {
+            std::fs::write(
+                &path,
+                format!("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n{authorizers}"),
+            )
+            .unwrap()
+        };
+        write("- {type: AlwaysDeny, name: alwaysdeny}\n");
+        let settings = AuthzSettings {
+            links: super::load(&path).unwrap(),
+            policy_file: None,
+            config_file: Some(path.clone()),
+        };
+        let authz = settings.authorizer().unwrap();
+        assert!(authz
+            .watched()
+            .iter()
+            .any(|w| w.what == "authorization config" && w.files == [path.clone()]));
+        let bob = Identity::new("bob", vec![]);
+        let a = Attributes::from_request(&Method::GET, "/apis", None);
+        assert_eq!(authz.decide(&bob, &a).await.verdict, Verdict::NoOpinion);
+
+        write("- {type: AlwaysAllow, name: alwaysallow}\n");
+        authz.reload("authorization config").unwrap();
+        assert_eq!(authz.decide(&bob, &a).await.verdict, Verdict::Allow);
+
+        write("- {type: Node, name: node}\n");
+        let err = authz.reload("authorization config").unwrap_err();
+        assert!(err.to_string().contains("authorizers[0].type"), "{err}");
+        assert_eq!(authz.decide(&bob, &a).await.verdict, Verdict::Allow);
+        assert!(matches!(settings.links[..], [LinkSettings::AlwaysDeny]));
+    }
+}

@@ -173,7 +173,7 @@ impl Reload for Authorizer {
     fn reload(&self, what: &str) -> Result<(), BoxError> {
         match what {
             AUTHORIZATION_CONFIG => Ok(self.reload_config()?),
-            _ => Ok(Authorizer::reload(self)?),
+            _ => Ok(self.reload_policy()?),
         }
     }
 }
@@ -315,7 +315,7 @@ impl Authorizer {
     }
 
     /// Loads the policy file again; on error the old policy stays (and [`Reload`]).
-    pub fn reload(&self) -> Result<(), PolicyError> {
+    pub fn reload_policy(&self) -> Result<(), PolicyError> {
         if let Some(path) = self.policy_file() {
             self.policy.store(Arc::new(Policy::load(path)?));
         }

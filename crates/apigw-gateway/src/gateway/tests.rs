@@ -550,3 +550,36 @@ fn anonymous_in_the_file_and_the_flag_conflict() {
         "{text}"
     );
 }
+
+/// `anonymous` is read at start: a reload of the authentication configuration that changes it
+/// is refused (kube's `changed from initial configuration file`), and the paths in force stay.
+#[tokio::test]
+async fn a_reload_that_changes_anonymous_is_refused() {
+    let (dir, pki) = dev_pki();
+    let auth = dir.path().join("authn.yaml");
+    let write = |anonymous: &str| {
+        std::fs::write(
+            &auth,
+            format!("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n{anonymous}"),
+        )
+        .expect("authentication config")
+    };
+    write("anonymous: {enabled: true, conditions: [{path: /apis}]}\n");
+    let w = World::build(
+        dir,
+        pki,
+        &format!("authenticationConfig: {}\n", auth.display()),
+    );
+    write("anonymous: {enabled: true}\n");
+    let err = w.gateway.authn.reload_jwt(&auth).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("anonymous: Forbidden: changed from initial configuration file"),
+        "{err}"
+    );
+    let (status, _, _) = w.send(w.get("/api").body(empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "still /apis only");
+    // The same anonymous section with other changes reloads.
+    write("anonymous: {enabled: true, conditions: [{path: /apis}]}\njwt: []\n");
+    assert!(w.gateway.authn.reload_jwt(&auth).is_ok());
+}
