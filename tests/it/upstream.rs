@@ -1165,8 +1165,18 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
     let policy = pki.path("rbac.yaml");
     std::fs::write(&policy, rbac).expect("the RBAC file");
 
+    // Anonymous requests at /apis only, in both.
+    let authn = pki.path("authentication.yaml");
+    std::fs::write(
+        &authn,
+        "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: AuthenticationConfiguration\n\
+         anonymous:\n  enabled: true\n  conditions:\n  - path: /apis\n",
+    )
+    .expect("the authentication config");
+
     let config_arg = format!("-authorization-config={}", config.display());
-    let cp = ControlPlane::start(&[&config_arg]);
+    let authn_arg = format!("-apiserver-arg=--authentication-config={}", authn.display());
+    let cp = ControlPlane::start(&[&config_arg, &authn_arg]);
     cp.kubectl_in(&["apply", "-f", "-"], rbac).ok();
     let mut args = cp.manifest_mode();
     args.extend([
@@ -1174,6 +1184,8 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
         config.display().to_string(),
         "--rbac-policy-file".into(),
         policy.display().to_string(),
+        "--authentication-config".into(),
+        authn.display().to_string(),
     ]);
     let gw = Apigw::start(&cp, &args);
     gw.await_available(&cp, &WARDLE);
@@ -1249,6 +1261,47 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
     }
     let denied = ask(&gw.url, "bob", "GET", flunders);
     assert!(denied.1.ends_with(": bob is suspended"), "{denied:?}");
+
+    // Without credentials: anonymous at /apis (then refused by authorization, not 401),
+    // 401 anywhere else, through both.
+    let ca = cp.arg("ca.crt");
+    let anonymous = |base: &str, path: &str| {
+        let url = format!("{base}{path}");
+        let ran = support::tool::run(
+            std::path::Path::new("curl"),
+            &[
+                "-sS",
+                "--max-time",
+                "20",
+                "--cacert",
+                &ca,
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &url,
+            ],
+            None,
+        );
+        ran.stdout()
+    };
+    for (path, want) in [
+        ("/apis", "403"),
+        ("/apis/", "401"),
+        ("/api", "401"),
+        (flunders, "401"),
+    ] {
+        assert_eq!(
+            anonymous(&kube, path),
+            want,
+            "{path} without credentials through kube-apiserver"
+        );
+        assert_eq!(
+            anonymous(&gw.url, path),
+            want,
+            "{path} without credentials through apigw"
+        );
+    }
 }
 
 /// The doctor's report as JSON, run against this control plane with `args`.
