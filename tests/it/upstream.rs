@@ -1232,6 +1232,32 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
         apigw_specs[0]
     );
 
+    // A list with label and field selectors: they reach the webhook as requirements, the
+    // same from both.
+    let selected = format!(
+        "{flunders}?labelSelector=app%3Dweb%2Ctier%20in%20(a%2Cb)%2C!legacy&fieldSelector=metadata.name%3Done"
+    );
+    hook.take();
+    let through_kube = ask(&kube, "alice", "GET", &selected);
+    let kube_specs = hook.take();
+    let through_apigw = ask(&gw.url, "alice", "GET", &selected);
+    let apigw_specs = hook.take();
+    assert_eq!(
+        through_apigw.0, through_kube.0,
+        "{through_kube:?} {through_apigw:?}"
+    );
+    assert_eq!(apigw_specs.len(), 1, "{apigw_specs:#?}");
+    assert!(
+        apigw_specs[0]["resourceAttributes"]["labelSelector"]["requirements"].is_array(),
+        "{}",
+        apigw_specs[0]
+    );
+    assert!(
+        kube_specs.contains(&apigw_specs[0]),
+        "apigw's review with selectors differs from kube-apiserver's:\napigw: {}\nkube: {kube_specs:#?}",
+        apigw_specs[0]
+    );
+
     for (user, method, path, want) in [
         // The webhook's denial wins over RBAC's grant, with its reason in the message.
         ("bob", "GET", flunders.to_string(), "403"),

@@ -99,6 +99,13 @@ impl Attributes {
             self.label_selector = query_value(query, "labelSelector");
             self.field_selector = query_value(query, "fieldSelector");
         }
+        // A list or watch of one name by field selector names it, as kube's RequestInfo does
+        // (RBAC's resourceNames then apply).
+        if matches!(verb, Some("list" | "watch")) && self.name.is_empty() {
+            if let Some(name) = self.field_selector.as_deref().and_then(exact_name) {
+                self.name = name;
+            }
+        }
         verb
     }
 
@@ -134,6 +141,27 @@ pub fn segments(path: &str) -> Vec<&str> {
     let mut segments = Vec::with_capacity(8);
     segments.extend(path.strip_prefix('/').unwrap_or(path).split('/'));
     segments
+}
+
+/// The name a field selector requires exactly (`metadata.name=x` or `==`, alone or among
+/// other terms), when it is a valid path segment.
+fn exact_name(selector: &str) -> Option<String> {
+    let names: Vec<&str> = selector
+        .split(',')
+        .filter_map(|term| {
+            let term = term.trim();
+            let value = term
+                .strip_prefix("metadata.name==")
+                .or_else(|| term.strip_prefix("metadata.name="))?;
+            Some(value.trim())
+        })
+        .collect();
+    match names.as_slice() {
+        [name] if !matches!(*name, "" | "." | "..") && !name.contains(['/', '%', '\\']) => {
+            Some(name.to_string())
+        }
+        _ => None,
+    }
 }
 
 /// The first value of `key` in `query`, decoded as Go's `url.ParseQuery` decodes it (`+` is
@@ -237,5 +265,48 @@ mod tests {
             assert_eq!(x.verb, "get");
         }
         assert_eq!(a(Method::POST, "/foo", None).verb, "post");
+    }
+
+    /// As kube's RequestInfo: a list or watch whose field selector requires one
+    /// `metadata.name` is about that name; the selectors of a list, watch or deletecollection
+    /// are kept, decoded.
+    #[test]
+    fn selectors_and_a_name_by_field_selector() {
+        let things = "/apis/g/v1/namespaces/n/things";
+        let x = a(
+            Method::GET,
+            things,
+            Some("fieldSelector=metadata.name%3Dx%2Cstatus.phase%3DUp&labelSelector=app+in+(a)"),
+        );
+        assert_eq!((x.verb.as_str(), x.name.as_str()), ("list", "x"));
+        assert_eq!(
+            x.field_selector.as_deref(),
+            Some("metadata.name=x,status.phase=Up")
+        );
+        assert_eq!(x.label_selector.as_deref(), Some("app in (a)"));
+        let w = a(
+            Method::GET,
+            things,
+            Some("watch=1&fieldSelector=metadata.name%3D%3Dy"),
+        );
+        assert_eq!((w.verb.as_str(), w.name.as_str()), ("watch", "y"));
+        for q in [
+            "fieldSelector=metadata.name%3D..",
+            "fieldSelector=metadata.name!%3Dx",
+        ] {
+            assert_eq!(a(Method::GET, things, Some(q)).name, "", "{q}");
+        }
+        let get = a(
+            Method::GET,
+            &format!("{things}/z"),
+            Some("fieldSelector=metadata.name%3Dx"),
+        );
+        assert_eq!(
+            (get.name.as_str(), get.field_selector.as_deref()),
+            ("z", None)
+        );
+        let dc = a(Method::DELETE, things, Some("labelSelector=app%3Dweb"));
+        assert_eq!(dc.verb, "deletecollection");
+        assert_eq!(dc.label_selector.as_deref(), Some("app=web"));
     }
 }

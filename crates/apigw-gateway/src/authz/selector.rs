@@ -5,12 +5,14 @@
 
 use serde_json::{json, Value};
 
-/// The requirements of a label selector.
+/// The requirements of a label selector, sorted by key as kube's parser sorts them.
 pub fn label(raw: &str) -> Vec<Value> {
-    split(raw)
+    let mut requirements: Vec<Value> = split(raw)
         .into_iter()
         .filter_map(|term| label_term(term.trim()))
-        .collect()
+        .collect();
+    requirements.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
+    requirements
 }
 
 /// The requirements of a field selector.
@@ -120,10 +122,10 @@ mod tests {
             label("app=web, tier!=db,env in (prod, staging),!legacy,owner,x notin (a),n>3"),
             vec![
                 json!({"key": "app", "operator": "In", "values": ["web"]}),
-                json!({"key": "tier", "operator": "NotIn", "values": ["db"]}),
                 json!({"key": "env", "operator": "In", "values": ["prod", "staging"]}),
                 json!({"key": "legacy", "operator": "DoesNotExist"}),
                 json!({"key": "owner", "operator": "Exists"}),
+                json!({"key": "tier", "operator": "NotIn", "values": ["db"]}),
                 json!({"key": "x", "operator": "NotIn", "values": ["a"]}),
             ]
         );
