@@ -159,6 +159,7 @@ async fn a_stalled_http1_response_is_cut_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
         cfg.limits.request_timeout = TIMEOUT;
         cfg.limits.max_inflight = 1;
+        cfg.flowcontrol.enabled = false;
     })
     .await;
     let start = Instant::now();
@@ -236,6 +237,7 @@ async fn stalled_http2_streams_are_reset_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
         cfg.limits.request_timeout = TIMEOUT;
         cfg.limits.max_inflight = 3;
+        cfg.flowcontrol.enabled = false;
     })
     .await;
     let tls = tight_connection(&world, gw.addr, b"h2").await;
@@ -301,6 +303,7 @@ async fn a_watch_is_not_cut_at_the_request_timeout() {
     let (world, gw) = sample_stack(|cfg| {
         cfg.limits.request_timeout = Duration::from_secs(1);
         cfg.limits.max_inflight = 1;
+        cfg.flowcontrol.enabled = false;
     })
     .await;
     let mut send = world.client(Some("alice")).h2_connection(gw.addr).await;

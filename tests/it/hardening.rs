@@ -108,7 +108,10 @@ impl Gw {
     async fn start(self) -> Setup {
         setup_with(|cfg| match self {
             Gw::Plain => {}
-            Gw::OneSlotHeld => cfg.limits.max_inflight = 1,
+            Gw::OneSlotHeld => {
+                cfg.limits.max_inflight = 1;
+                cfg.flowcontrol.enabled = false;
+            }
             Gw::ShortTimeout => cfg.limits.request_timeout = Duration::from_millis(300),
             Gw::CustomHeaders => {
                 cfg.authn.request_header = Some(apigw_gateway::config::RequestHeader {

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod discovery;
 pub mod expr;
+pub mod flowcontrol;
 pub mod gateway;
 mod metrics;
 pub mod proxy;

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub cert_expiry: GaugeVec,
     /// authenticator, result
     pub authn_attempts: IntCounterVec,
+    /// API Priority and Fairness, with upstream's names.
+    pub flowcontrol: crate::flowcontrol::FlowMetrics,
 }
 
 // The names and labels below are constants; registering them cannot fail.
@@ -133,6 +135,7 @@ impl Default for Metrics {
             "Counter of APIServices which are marked as unavailable broken down by APIService name and reason.",
             &["name", "reason"],
         );
+        let flowcontrol = crate::flowcontrol::FlowMetrics::register(&r);
         let authn_attempts = counter(
             &r,
             "apigw_authentication_attempts_total",
@@ -170,6 +173,7 @@ impl Default for Metrics {
             unavailable_total,
             cert_expiry,
             authn_attempts,
+            flowcontrol,
         }
     }
 }

@@ -94,7 +94,7 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn of(identity: Identity, status: Status) -> Self {
+    pub fn of(identity: Identity, status: Status) -> Self {
         Self {
             identity: Some(Box::new(identity)),
             status,
@@ -285,18 +285,37 @@ impl Authorizer {
         headers: &HeaderMap,
         a: &Attributes,
     ) -> Result<Admitted, Refused> {
+        let (identity, real) = self.impersonate(real, headers)?;
+        self.authorize_as(identity, real, a).await
+    }
+
+    /// Applies impersonation to the authenticated identity `real`: the identity the request
+    /// acts as, and the real one when it differs.
+    pub fn impersonate(
+        &self,
+        real: Identity,
+        headers: &HeaderMap,
+    ) -> Result<(Identity, Option<Identity>), Refused> {
         // Without Impersonate-* headers (nearly always) the real identity is used as it is,
         // neither cloned nor compared.
-        let (identity, real) = if impersonation::requested(headers) {
-            let identity = match impersonation::apply(self, real.clone(), headers) {
-                Ok(identity) => identity,
-                Err(status) => return Err(Refused::of(real, status)),
-            };
-            let real = (identity != real).then_some(real);
-            (identity, real)
-        } else {
-            (real, None)
+        if !impersonation::requested(headers) {
+            return Ok((real, None));
+        }
+        let identity = match impersonation::apply(self, real.clone(), headers) {
+            Ok(identity) => identity,
+            Err(status) => return Err(Refused::of(real, status)),
         };
+        let real = (identity != real).then_some(real);
+        Ok((identity, real))
+    }
+
+    /// Authorizes `a` for `identity` (acting for `real`, when impersonating).
+    pub async fn authorize_as(
+        &self,
+        identity: Identity,
+        real: Option<Identity>,
+        a: &Attributes,
+    ) -> Result<Admitted, Refused> {
         let decision = self.decide(&identity, a).await;
         match refusal(&identity, a, decision) {
             None => Ok(Admitted { identity, real }),

@@ -13,6 +13,7 @@ use super::{
 use crate::authn::{AuthnSettings, RequestHeaderSettings};
 use crate::authz::{AuthzMode, AuthzSettings, LinkSettings};
 use crate::cluster::{ClusterSettings, LeaderElection};
+use crate::flowcontrol::FlowControlSettings;
 use crate::proxy::{parse_https_url, parse_resolve, BackendSettings, Delegate};
 use apigw_core::duration::parse_duration;
 use apigw_core::server::LimitsSettings;
@@ -195,6 +196,7 @@ pub(super) fn merge(
     );
     let authz = authz(&flags.authz, file.authz, cluster.is_some(), &mut cx);
     let availability = availability(&flags.availability, file.availability, &mut cx);
+    let flowcontrol = flowcontrol(&flags.limits, &file.limits);
     let limits = limits(&flags.limits, file.limits, &mut cx);
     let server = server(&flags.server, file.server, listen, &mut cx);
     let (log, metrics_listen) = log(&flags.log, file.log, &mut cx);
@@ -215,6 +217,7 @@ pub(super) fn merge(
             tls_key: tls_key.filter(|_| serving).unwrap_or_default(),
             server,
             limits,
+            flowcontrol,
             authn,
             authz,
             proxy,
@@ -584,6 +587,29 @@ fn availability(
     }
     settings
 }
+
+/// API Priority and Fairness: on unless turned off; its seats are the two in-flight limits.
+fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags) -> FlowControlSettings {
+    let d = FlowControlSettings::default();
+    let read_only = f
+        .max_requests_inflight
+        .or(file.max_requests_inflight)
+        .unwrap_or(LimitsSettings::default().max_inflight);
+    let mutating = f
+        .max_mutating_requests_inflight
+        .or(file.max_mutating_requests_inflight)
+        .unwrap_or(MAX_MUTATING_INFLIGHT);
+    FlowControlSettings {
+        enabled: f
+            .enable_priority_and_fairness
+            .or(file.enable_priority_and_fairness)
+            .unwrap_or(d.enabled),
+        total_seats: read_only.saturating_add(mutating),
+    }
+}
+
+/// kube-apiserver's default `--max-mutating-requests-inflight`.
+const MAX_MUTATING_INFLIGHT: usize = 200;
 
 fn limits(f: &LimitsFlags, file: LimitsFlags, cx: &mut Cx) -> LimitsSettings {
     let d = LimitsSettings::default();

@@ -49,6 +49,8 @@ pub struct Config {
     pub tls_key: PathBuf,
     pub server: ServerSettings,
     pub limits: LimitsSettings,
+    /// API Priority and Fairness.
+    pub flowcontrol: crate::flowcontrol::FlowControlSettings,
     pub authn: AuthnSettings,
     pub authz: AuthzSettings,
     pub proxy: BackendSettings,

@@ -315,6 +315,20 @@ section! {
         /// Requests in flight at once, long-running ones exempt; then 429 [default: 400; 0: no limit].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
         pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
+        /// With API Priority and Fairness, the priority levels share this plus
+        /// --max-requests-inflight seats, as kube-apiserver's [default: 200].
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        pub max_mutating_requests_inflight: Option<usize> = "maxMutatingRequestsInflight",
+        /// API Priority and Fairness: classify requests by FlowSchema into priority levels
+        /// with fair queues, as kube-apiserver [default: true].
+        #[arg(
+            long,
+            help_heading = "Limits and timeouts",
+            num_args = 0..=1,
+            default_missing_value = "true",
+            display_order = 38
+        )]
+        pub enable_priority_and_fairness: Option<bool> = "enablePriorityAndFairness",
         /// Requests in flight at once from one client address [default: 0, no limit].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 39)]
         pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",

@@ -411,6 +411,7 @@ proptest::proptest! {
                 max_requests_inflight: Some(counts[0]),
                 max_requests_inflight_per_client: Some(counts[1]),
                 max_request_body_bytes: Some(counts[4]),
+                ..Default::default()
             },
             server: ServerFlags {
                 shutdown_delay_duration: d(1),

@@ -56,6 +56,9 @@ pub struct Record {
     pub closing: Option<CancellationToken>,
     /// Released when the request ends.
     pub _permit: Option<super::limits::Permit>,
+    /// Its API Priority and Fairness seat: released when the request ends (a watch's once
+    /// it is established).
+    pub flow: Option<crate::flowcontrol::Ticket>,
 }
 
 /// The audit log and what only it records of a request.

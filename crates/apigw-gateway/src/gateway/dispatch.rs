@@ -92,6 +92,22 @@ impl Gateway {
             Route::OpenApiV2 => discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
             Route::OpenApiV3 => discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
             Route::Metrics => Ok(self.metrics_response()),
+            Route::FlowDump { levels } => match &self.flow {
+                Some(flow) => {
+                    let text = if levels {
+                        flow.dump_priority_levels()
+                    } else {
+                        flow.dump_queues()
+                    };
+                    let mut res = Response::new(apigw_core::body::full(text));
+                    res.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+                    );
+                    Ok(res)
+                }
+                None => Err(not_found()),
+            },
             Route::Delegate { .. } => match self.proxy.delegate() {
                 Some(delegate) => {
                     self.proxy

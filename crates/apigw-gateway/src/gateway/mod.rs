@@ -48,6 +48,8 @@ pub struct Gateway {
     pub health: Health,
     audit: Option<Arc<crate::audit::Auditor>>,
     limits: Arc<limits::Limits>,
+    /// API Priority and Fairness; None when turned off.
+    flow: Option<crate::flowcontrol::FlowControl>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -137,15 +139,28 @@ impl Gateway {
             max_body: cfg.limits.max_request_body_bytes,
         })?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
+        let flow = cfg.flowcontrol.enabled.then(|| {
+            crate::flowcontrol::FlowControl::new(
+                &cfg.flowcontrol,
+                cfg.limits.request_timeout,
+                metrics.flowcontrol.clone(),
+            )
+        });
         let gateway = Arc::new(Self {
             registry,
             availability: Arc::default(),
             metrics,
             health: Health::default(),
+            // With APF, its seats take the place of the plain in-flight limit, as upstream's.
             limits: limits::Limits::new(
-                cfg.limits.max_inflight,
+                if cfg.flowcontrol.enabled {
+                    0
+                } else {
+                    cfg.limits.max_inflight
+                },
                 cfg.limits.max_inflight_per_client,
             ),
+            flow,
             audit: match &cfg.audit {
                 Some(settings) => Some(Arc::new(
                     crate::audit::Auditor::start(settings.clone())

@@ -5,7 +5,9 @@
 //! 1. **filter** ([`host`], `public`, [`limits`]): one valid host, health and `/version`
 //!    answered without credentials, the in-flight limits;
 //! 2. **authenticate** ([`crate::authn`]) and 3. **authorize** ([`crate::authz`]), with the
-//!    path checks of [`paths`] first;
+//!    path checks of [`paths`] first, and between impersonation and authorization, API
+//!    Priority and Fairness ([`crate::flowcontrol`]): a seat of the request's priority level,
+//!    after its turn in a fair queue, or a 429;
 //! 4. **dispatch** ([`super::dispatch`]): the gateway's own APIs and discovery, or a backend,
 //!    where 5. the **upstream request** ([`crate::proxy`]) strips credentials and sets the
 //!    identity;
@@ -18,8 +20,10 @@
 use super::route::{Route, Router};
 use super::{access, host, limits, paths, Gateway};
 use crate::authn::PeerIdentity;
-use crate::authz::{self, Admitted, Attributes, Refused};
+use crate::authz::{self, Admitted, Refused};
+use crate::flowcontrol::{PfHeaders, Ticket};
 use crate::request_info::RequestInfo;
+use crate::request_info::RequestKind;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{render, Status};
 use apigw_core::server::ConnInfo;
@@ -129,17 +133,19 @@ impl Gateway {
         // 6. Log: from here on the request is logged and audited however it ends, also when
         // the client goes away before the response head (this future is then dropped).
         let mut record = self.record(&req, info, &route, permit);
-        let result = match self.admit(&req, peer, &record.info.attrs).await {
+        let (admitted, pf) = self.admit(&req, peer, &record.info).await;
+        let result = match admitted {
             Err(refused) => {
                 record.identity = refused.identity.map(|b| *b);
                 Err(refused.status)
             }
-            Ok(Admitted { identity, real }) => {
+            Ok((Admitted { identity, real }, flow)) => {
                 record.real = real;
+                record.flow = flow;
                 let identity = &*record.identity.insert(identity);
                 // 4. Dispatch, and 5. the upstream request, within the request's deadline.
                 let routed = self.dispatch(route, req, identity, &record.info);
-                match record.info.deadline {
+                let result = match record.info.deadline {
                     None => routed.await,
                     Some(at) => match tokio::time::timeout_at(at.into(), routed).await {
                         Ok(result) => result,
@@ -150,28 +156,73 @@ impl Gateway {
                             ))
                         }
                     },
+                };
+                // An established watch gives its seat back and streams on.
+                if record.info.kind == RequestKind::Watch {
+                    if let Some(flow) = record.flow.as_mut() {
+                        flow.release();
+                    }
                 }
+                result
             }
         };
-        let res = render(result);
+        let mut res = render(result);
+        if let Some(pf) = &pf {
+            pf.apply(res.headers_mut());
+        }
         let status = res.status();
         res.map(|body| record.wrap(status, body))
     }
 
     /// Phases 2 and 3: the path checks, then authentication ([`crate::authn`]), then
-    /// impersonation and authorization ([`crate::authz`]).
+    /// impersonation, API Priority and Fairness ([`crate::flowcontrol`]: a seat, after a wait
+    /// in its queue, or a 429) and authorization ([`crate::authz`]), in kube-apiserver's
+    /// order. Also the PF headers of a request APF classified, whatever its answer.
     async fn admit<B>(
         &self,
         req: &Request<B>,
         peer: &PeerIdentity,
-        attrs: &Attributes,
-    ) -> Result<Admitted, Refused> {
-        paths::check(req.uri().path())?;
-        let real = self
-            .authn
-            .authenticate(req.headers(), req.uri().path(), peer)
-            .await?;
-        self.authz.admit(real, req.headers(), attrs).await
+        info: &RequestInfo,
+    ) -> (
+        Result<(Admitted, Option<Ticket>), Refused>,
+        Option<PfHeaders>,
+    ) {
+        let admitted = async {
+            paths::check(req.uri().path())?;
+            let real = self
+                .authn
+                .authenticate(req.headers(), req.uri().path(), peer)
+                .await?;
+            self.authz.impersonate(real, req.headers())
+        };
+        let (identity, real) = match admitted.await {
+            Ok(both) => both,
+            Err(refused) => return (Err(refused), None),
+        };
+        // Long-running requests but watches bypass APF, as upstream's.
+        let flow = match (&self.flow, info.kind) {
+            (Some(flow), RequestKind::Short | RequestKind::Watch) => {
+                flow.admit(&identity, &info.attrs).await
+            }
+            _ => None,
+        };
+        let ticket = match flow {
+            None => None,
+            Some(Ok(ticket)) => Some(ticket),
+            Some(Err(rejected)) => {
+                return (
+                    Err(Refused::of(identity, rejected.status)),
+                    Some(rejected.headers),
+                )
+            }
+        };
+        let pf = ticket.as_ref().map(|t| t.headers.clone());
+        let admitted = self
+            .authz
+            .authorize_as(identity, real, &info.attrs)
+            .await
+            .map(|a| (a, ticket));
+        (admitted, pf)
     }
 
     /// Where a request whose path splits into `segments` goes, from one registry snapshot.
@@ -235,6 +286,7 @@ impl Gateway {
             outcome: None,
             bytes: 0,
             closing: info.kind.long_running().then(|| self.closing.clone()),
+            flow: None,
             info,
             _permit: Some(permit),
         }

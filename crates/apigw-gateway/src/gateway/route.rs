@@ -45,6 +45,10 @@ pub enum Route {
     OpenApiV2,
     OpenApiV3,
     Metrics,
+    /// `/debug/api_priority_and_fairness/dump_priority_levels` (true) or `dump_queues`.
+    FlowDump {
+        levels: bool,
+    },
     /// Anything else, with a delegate. `listed`: the delegate's discovery lists the path's
     /// group version (or it is one of the identity groups), so the request metrics may take
     /// their labels from the path.
@@ -154,6 +158,11 @@ impl Router<'_> {
                 }
             }
             ["metrics"] => return Route::Metrics,
+            ["debug", "api_priority_and_fairness", dump @ ("dump_priority_levels" | "dump_queues")] => {
+                return Route::FlowDump {
+                    levels: *dump == "dump_priority_levels",
+                }
+            }
             ["openapi", "v2"] => return Route::OpenApiV2,
             ["openapi", "v3"] | ["openapi", "v3", ""] => return Route::OpenApiV3,
             ["openapi", "v3", "apis", group, version] => {
@@ -265,6 +274,7 @@ mod tests {
             Route::OpenApiV2 => "openapi-v2".into(),
             Route::OpenApiV3 => "openapi-v3".into(),
             Route::Metrics => "metrics".into(),
+            Route::FlowDump { levels } => format!("flow-dump levels={levels}"),
             Route::Delegate { listed } => format!("delegate listed={listed}"),
             Route::NotFound => "not-found".into(),
         }
@@ -324,6 +334,18 @@ mod tests {
                 ("/apis/wardle.example.com/", "group"),
                 ("/metrics", "metrics"),
                 ("/metrics/x", "not-found"),
+                (
+                    "/debug/api_priority_and_fairness/dump_priority_levels",
+                    "flow-dump levels=true",
+                ),
+                (
+                    "/debug/api_priority_and_fairness/dump_queues",
+                    "flow-dump levels=false",
+                ),
+                (
+                    "/debug/api_priority_and_fairness/dump_requests",
+                    "not-found",
+                ),
                 ("/openapi/v2", "openapi-v2"),
                 ("/openapi/v3", "openapi-v3"),
                 ("/openapi/v3/", "openapi-v3"),

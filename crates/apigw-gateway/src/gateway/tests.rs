@@ -316,7 +316,8 @@ async fn path_tricks_are_refused_before_authentication() {
 
 #[tokio::test]
 async fn past_the_in_flight_limit_is_429_with_retry_after() {
-    let w = World::new("maxRequestsInflight: 1\n");
+    // The plain in-flight limit, without API Priority and Fairness.
+    let w = World::new("maxRequestsInflight: 1\nenablePriorityAndFairness: false\n");
     let admin = w.conn(&["admin.crt"]);
     // The first request holds the only slot while its body never ends.
     let holding = Request::post(REVIEWS)
@@ -582,4 +583,120 @@ async fn a_reload_that_changes_anonymous_is_refused() {
     // The same anonymous section with other changes reloads.
     write("anonymous: {enabled: true, conditions: [{path: /apis}]}\njwt: []\n");
     assert!(w.gateway.authn.reload_jwt(&auth).is_ok());
+}
+
+/// A request body that streams its frames as they come.
+type Streamed = StreamBody<
+    std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<Item = Result<http_body::Frame<Bytes>, Infallible>>
+                + Send
+                + Sync,
+        >,
+    >,
+>;
+
+/// A self-review whose body arrives `after` it was sent: the request holds its seat that long.
+fn slow_review(after: Duration) -> Streamed {
+    let stream = futures_util::stream::once(async move {
+        tokio::time::sleep(after).await;
+        Ok(http_body::Frame::data(Bytes::from_static(
+            br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+        )))
+    });
+    StreamBody::new(Box::pin(stream))
+}
+
+/// API Priority and Fairness on one seat of `global-default`: a noisy user sending 40 slow
+/// requests at once and a quiet user sending one at a time on the same level. The quiet
+/// user's requests all succeed, each served after at most a few of the noisy user's (fair
+/// queuing, not first come first served); the noisy user's backlog past the wait limit gets
+/// 429 with `Retry-After`; every answer carries the PF headers of its schema and level.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
+    // 3 seats in all: global-default's share is ceil(3 × 20/245) = 1; a queued request may
+    // wait a quarter of the 4 s request timeout.
+    let w =
+        World::new("maxRequestsInflight: 3\nmaxMutatingRequestsInflight: 0\nrequestTimeout: 4s\n");
+    let noisy = w.conn(&["user.crt"]);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let noisy_all = futures_util::future::join_all((0..40).map(|_| {
+        let req = Request::post(REVIEWS)
+            .header(header::HOST, "gateway.test")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(slow_review(Duration::from_millis(50)))
+            .unwrap();
+        let (w, noisy, done) = (&w, &noisy, &done);
+        async move {
+            let answer = w.send_on(noisy, req).await;
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            answer
+        }
+    }));
+    let token = format!("Bearer {}", w.token());
+    let quiet = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut served_after = Vec::new();
+        for _ in 0..3 {
+            let before = done.load(std::sync::atomic::Ordering::SeqCst);
+            let (code, headers, body) = w
+                .send(
+                    w.get("/apis")
+                        .header(header::AUTHORIZATION, token.as_str())
+                        .body(empty())
+                        .unwrap(),
+                )
+                .await;
+            assert_eq!(code, StatusCode::OK, "the quiet user was refused: {body}");
+            assert_eq!(
+                headers[crate::flowcontrol::PRIORITY_LEVEL_UID],
+                crate::flowcontrol::config::uid("prioritylevelconfiguration", "global-default")
+                    .as_str()
+            );
+            served_after.push(done.load(std::sync::atomic::Ordering::SeqCst) - before);
+        }
+        served_after
+    };
+    let (noisy_answers, quiet_served_after) = tokio::join!(noisy_all, quiet);
+    let mut refused = 0;
+    for (code, headers, _) in noisy_answers {
+        if code == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+            assert!(headers.contains_key(header::RETRY_AFTER));
+            assert!(headers.contains_key(crate::flowcontrol::FLOW_SCHEMA_UID));
+        } else {
+            assert_eq!(code, StatusCode::CREATED);
+        }
+    }
+    assert!(refused > 0, "the noisy user's backlog was never refused");
+    // Each quiet request waited behind at most a few noisy ones, not their whole backlog.
+    assert!(
+        quiet_served_after.iter().all(|&n| n <= 5),
+        "noisy requests served while each quiet one waited: {quiet_served_after:?}"
+    );
+    // The debug dump, as an admin asks it.
+    let admin = w.conn(&["admin.crt"]);
+    let res = w
+        .gateway
+        .service(&admin)
+        .oneshot(
+            w.get("/debug/api_priority_and_fairness/dump_priority_levels")
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap_or_else(|never: Infallible| match never {});
+    assert_eq!(res.status(), StatusCode::OK);
+    let text = res.into_body().collect().await.expect("dump").to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.starts_with("PriorityLevelName,")
+            && text.lines().any(|l| l.starts_with("global-default,")),
+        "{text}"
+    );
+    let metrics = w.gateway.metrics.render();
+    assert!(
+        metrics.contains("apiserver_flowcontrol_rejected_requests_total{flow_schema=\"global-default\",priority_level=\"global-default\",reason=\"time-out\"}"),
+        "{metrics}"
+    );
 }

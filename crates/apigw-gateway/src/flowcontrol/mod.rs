@@ -1,0 +1,636 @@
+//! API Priority and Fairness (`flowcontrol.apiserver.k8s.io/v1`), as kube-apiserver runs it
+//! in front of every request after authentication and impersonation, before authorization:
+//! each request is classified by FlowSchema ([`classify`]) into a priority level, whose seats
+//! (its share of `--max-requests-inflight` + `--max-mutating-requests-inflight`) and fair
+//! queues ([`queueset`]) decide when it runs, so that one noisy flow cannot starve the
+//! others. A full level answers 429 with `Retry-After`; every classified answer carries
+//! `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`. Watches hold
+//! their seat until established; other long-running requests bypass APF, as upstream's.
+//! The configuration is upstream's mandatory and suggested set ([`config`]).
+
+pub mod classify;
+pub mod config;
+pub mod queueset;
+
+use crate::authn::Identity;
+use crate::authz::Attributes;
+use apigw_core::errors::Status;
+use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
+use http::HeaderValue;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use queueset::{Mode, QueueSet, Reason, Seat, Start};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
+pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+/// The longest a request may wait in a queue.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How APF is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowControlSettings {
+    /// `--enable-priority-and-fairness` (default true); off: the plain in-flight limit.
+    pub enabled: bool,
+    /// The seats shared by the priority levels: `--max-requests-inflight` +
+    /// `--max-mutating-requests-inflight` (400 + 200, as upstream).
+    pub total_seats: usize,
+}
+
+impl Default for FlowControlSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            total_seats: 600,
+        }
+    }
+}
+
+/// One priority level in force.
+pub struct Level {
+    pub config: PriorityLevel,
+    uid: HeaderValue,
+    /// Seats: ceil(total × shares / Σ shares).
+    pub nominal: usize,
+    set: Arc<QueueSet>,
+    retry_after: Mutex<RetryAfter>,
+}
+
+/// The flow-control state.
+pub struct FlowControl {
+    /// By matching precedence, then name.
+    schemas: Vec<(FlowSchema, HeaderValue)>,
+    levels: HashMap<String, Arc<Level>>,
+    /// How long a request may wait in a queue: a quarter of the request timeout, at most 1 min.
+    wait_limit: Duration,
+    metrics: FlowMetrics,
+}
+
+/// The PF headers of a classified request.
+#[derive(Debug, Clone)]
+pub struct PfHeaders {
+    pub flow_schema: HeaderValue,
+    pub priority_level: HeaderValue,
+}
+
+impl PfHeaders {
+    /// Adds them to an answer.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        headers.insert(FLOW_SCHEMA_UID, self.flow_schema.clone());
+        headers.insert(PRIORITY_LEVEL_UID, self.priority_level.clone());
+    }
+}
+
+/// A request running under APF: its seat (given back when dropped, or by [`Ticket::release`]
+/// once a watch is established), and its labels for the metrics.
+pub struct Ticket {
+    pub headers: PfHeaders,
+    seat: Option<Seat>,
+    labels: [String; 2],
+    metrics: FlowMetrics,
+}
+
+impl Ticket {
+    /// Gives the seat back while the request goes on (an established watch).
+    pub fn release(&mut self) {
+        if self.seat.take().is_some() {
+            self.metrics.executing(&self.labels, -1);
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// A refused request: its headers and the 429.
+pub struct Rejected {
+    pub headers: PfHeaders,
+    pub status: Status,
+}
+
+impl FlowControl {
+    /// Upstream's mandatory and suggested configuration over `settings.total_seats`, waiting
+    /// at most a quarter of `request_timeout` in a queue.
+    pub fn new(
+        settings: &FlowControlSettings,
+        request_timeout: Duration,
+        metrics: FlowMetrics,
+    ) -> Self {
+        Self::with_config(
+            config::bootstrap_levels(),
+            config::bootstrap_schemas(),
+            settings.total_seats,
+            (request_timeout / 4).min(MAX_WAIT),
+            metrics,
+        )
+    }
+
+    fn with_config(
+        levels: Vec<PriorityLevel>,
+        mut schemas: Vec<FlowSchema>,
+        total: usize,
+        wait_limit: Duration,
+        metrics: FlowMetrics,
+    ) -> Self {
+        let share_sum: u64 = levels
+            .iter()
+            .map(|l| match l.kind {
+                LevelKind::Limited { shares, .. } => u64::from(shares),
+                LevelKind::Exempt => 0,
+            })
+            .sum();
+        let levels: HashMap<String, Arc<Level>> = levels
+            .into_iter()
+            .map(|config| {
+                let (mode, nominal) = match &config.kind {
+                    LevelKind::Exempt => (Mode::Exempt, 0),
+                    LevelKind::Limited { shares, limit } => {
+                        let nominal =
+                            (total as u64 * u64::from(*shares)).div_ceil(share_sum.max(1)) as usize;
+                        let mode = match limit {
+                            LimitResponse::Reject => Mode::Reject,
+                            LimitResponse::Queue {
+                                queues,
+                                hand_size,
+                                queue_length_limit,
+                            } => Mode::Queue {
+                                queues: (*queues).max(1),
+                                hand_size: (*hand_size).clamp(1, (*queues).max(1)),
+                                queue_length_limit: *queue_length_limit,
+                            },
+                        };
+                        (mode, nominal)
+                    }
+                };
+                metrics
+                    .nominal
+                    .with_label_values(&[&config.name])
+                    .set(nominal as i64);
+                let level = Level {
+                    uid: header(&config.uid),
+                    nominal,
+                    set: QueueSet::new(mode, nominal),
+                    retry_after: Mutex::new(RetryAfter::default()),
+                    config,
+                };
+                (level.config.name.clone(), Arc::new(level))
+            })
+            .collect();
+        schemas.sort_by(|a, b| (a.precedence, &a.name).cmp(&(b.precedence, &b.name)));
+        let schemas = schemas
+            .into_iter()
+            .map(|s| {
+                let uid = header(&s.uid);
+                (s, uid)
+            })
+            .collect();
+        Self {
+            schemas,
+            levels,
+            wait_limit,
+            metrics,
+        }
+    }
+
+    /// The schema and level of a request by `id` with `a`: the first schema that matches,
+    /// else `catch-all`.
+    fn classify(
+        &self,
+        id: &Identity,
+        a: &Attributes,
+    ) -> Option<(&FlowSchema, &HeaderValue, &Arc<Level>)> {
+        let (schema, uid) = self
+            .schemas
+            .iter()
+            .find(|(s, _)| classify::matches(s, id, a))
+            .or_else(|| {
+                self.schemas
+                    .iter()
+                    .find(|(s, _)| s.name == config::CATCH_ALL)
+            })?;
+        let level = self.levels.get(&schema.level)?;
+        Some((schema, uid, level))
+    }
+
+    /// Admits a request by `id` with `a` under APF: at once, after waiting its turn in a
+    /// queue, or refused with a 429. None when nothing classifies it (no catch-all).
+    pub async fn admit(&self, id: &Identity, a: &Attributes) -> Option<Result<Ticket, Rejected>> {
+        let (schema, schema_uid, level) = self.classify(id, a)?;
+        let headers = PfHeaders {
+            flow_schema: schema_uid.clone(),
+            priority_level: level.uid.clone(),
+        };
+        let labels = [level.config.name.clone(), schema.name.clone()];
+        let distinguisher = classify::distinguisher(schema, id, a);
+        let hash = classify::flow_hash(&schema.name, &distinguisher);
+        let arrived = Instant::now();
+        let outcome = match level.set.start(hash, 1) {
+            Start::Run(seat) => Ok(seat),
+            Start::Rejected(reason) => Err((reason, false)),
+            Start::Queued {
+                id: waiter,
+                queue,
+                rx,
+            } => {
+                self.metrics.inqueue(&labels, 1);
+                let waited = tokio::time::timeout(self.wait_limit, rx).await;
+                self.metrics.inqueue(&labels, -1);
+                match waited {
+                    Ok(Ok(seat)) => Ok(seat),
+                    // Not dispatched within the wait limit: out of the queue.
+                    _ => {
+                        level.set.cancel(queue, waiter);
+                        Err((Reason::TimeOut, true))
+                    }
+                }
+            }
+        };
+        let waited = arrived.elapsed().as_secs_f64();
+        match outcome {
+            Ok(seat) => {
+                self.metrics
+                    .wait
+                    .with_label_values(&[&labels[0], &labels[1], "true"])
+                    .observe(waited);
+                self.metrics
+                    .dispatched
+                    .with_label_values(&[&labels[0], &labels[1]])
+                    .inc();
+                self.metrics.executing(&labels, 1);
+                Some(Ok(Ticket {
+                    headers,
+                    seat: Some(seat),
+                    labels,
+                    metrics: self.metrics.clone(),
+                }))
+            }
+            Err((reason, queued)) => {
+                let execute = if queued { "true" } else { "false" };
+                self.metrics
+                    .wait
+                    .with_label_values(&[&labels[0], &labels[1], execute])
+                    .observe(waited);
+                self.metrics
+                    .rejected
+                    .with_label_values(&[&labels[0], &labels[1], reason.label()])
+                    .inc();
+                let retry = level
+                    .retry_after
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .dropped(Instant::now());
+                let status = Status::new(
+                    http::StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                )
+                .with_retry_after(u32::try_from(retry).unwrap_or(u32::MAX));
+                Some(Err(Rejected { headers, status }))
+            }
+        }
+    }
+
+    /// `/debug/api_priority_and_fairness/dump_priority_levels`: one line per level, by name.
+    pub fn dump_priority_levels(&self) -> String {
+        let mut names: Vec<&String> = self.levels.keys().collect();
+        names.sort();
+        let mut rows = vec![vec![
+            "PriorityLevelName".to_string(),
+            "ActiveQueues".into(),
+            "IsIdle".into(),
+            "IsQuiescing".into(),
+            "WaitingRequests".into(),
+            "ExecutingRequests".into(),
+            "DispatchedRequests".into(),
+            "RejectedRequests".into(),
+            "TimedoutRequests".into(),
+            "CancelledRequests".into(),
+        ]];
+        for name in names {
+            let s = self.levels[name].set.snapshot();
+            rows.push(vec![
+                name.clone(),
+                s.active_queues.to_string(),
+                (s.waiting == 0 && s.executing == 0).to_string(),
+                "false".into(),
+                s.waiting.to_string(),
+                s.executing.to_string(),
+                s.dispatched.to_string(),
+                s.rejected.to_string(),
+                "0".into(),
+                "0".into(),
+            ]);
+        }
+        table(&rows)
+    }
+
+    /// `/debug/api_priority_and_fairness/dump_queues`: one line per queue of the queuing levels.
+    pub fn dump_queues(&self) -> String {
+        let mut names: Vec<&String> = self.levels.keys().collect();
+        names.sort();
+        let mut rows = vec![vec![
+            "PriorityLevelName".to_string(),
+            "Index".into(),
+            "PendingRequests".into(),
+            "ExecutingRequests".into(),
+            "SeatsInUse".into(),
+            "NextDispatchR".into(),
+        ]];
+        for name in names {
+            let s = self.levels[name].set.snapshot();
+            for (i, (waiting, executing, next)) in s.queues.iter().enumerate() {
+                rows.push(vec![
+                    name.clone(),
+                    i.to_string(),
+                    waiting.to_string(),
+                    executing.to_string(),
+                    executing.to_string(),
+                    format!("{next:.8}ss"),
+                ]);
+            }
+        }
+        table(&rows)
+    }
+
+    /// The level named `name`, for tests and the dumps.
+    pub fn level(&self, name: &str) -> Option<&Arc<Level>> {
+        self.levels.get(name)
+    }
+}
+
+/// Rows as upstream's tabwriter prints them: cells joined by `,` and padded to their column.
+fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.len() + 1)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if c + 1 == row.len() {
+                    cell.clone()
+                } else {
+                    format!("{:<width$}", format!("{cell},"), width = widths[c] + 1)
+                }
+            })
+            .collect();
+        out.push_str(cells.concat().trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn header(uid: &str) -> HeaderValue {
+    HeaderValue::from_str(uid).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// Upstream's `Retry-After` per level: 1 s, doubled (up to 32 s) while requests are dropped
+/// at three times that many a second, and lowered by one when drops fall below one a second.
+#[derive(Debug)]
+struct RetryAfter {
+    seconds: u64,
+    raised: Option<Instant>,
+    /// Drops per second, the most recent last: (second since `epoch`, count).
+    drops: std::collections::VecDeque<(u64, u64)>,
+    epoch: Option<Instant>,
+}
+
+impl Default for RetryAfter {
+    fn default() -> Self {
+        Self {
+            seconds: 1,
+            raised: None,
+            drops: std::collections::VecDeque::new(),
+            epoch: None,
+        }
+    }
+}
+
+impl RetryAfter {
+    const MAX: u64 = 32;
+
+    /// Records a drop at `now`; the `Retry-After` to answer it with.
+    fn dropped(&mut self, now: Instant) -> u64 {
+        let epoch = *self.epoch.get_or_insert(now);
+        let second = now.duration_since(epoch).as_secs();
+        let new_second = self.drops.back().is_none_or(|(s, _)| *s != second);
+        if new_second {
+            // Drops in the last `seconds` seconds before this one.
+            let since = second.saturating_sub(self.seconds);
+            let recent: u64 = self
+                .drops
+                .iter()
+                .filter(|(s, _)| *s >= since && *s < second)
+                .map(|(_, n)| n)
+                .sum();
+            let waited = self
+                .raised
+                .is_none_or(|at| now.duration_since(at).as_secs() >= self.seconds);
+            if waited && recent >= 3 * self.seconds {
+                self.seconds = (self.seconds * 2).min(Self::MAX);
+                self.raised = Some(now);
+            } else if recent < self.seconds && self.seconds > 1 {
+                self.seconds -= 1;
+            }
+            self.drops.push_back((second, 0));
+            while self.drops.len() > Self::MAX as usize + 1 {
+                self.drops.pop_front();
+            }
+        }
+        if let Some((_, n)) = self.drops.back_mut() {
+            *n += 1;
+        }
+        self.seconds
+    }
+}
+
+/// The APF metrics, with upstream's names and labels.
+#[derive(Clone)]
+pub struct FlowMetrics {
+    dispatched: IntCounterVec,
+    rejected: IntCounterVec,
+    inqueue: IntGaugeVec,
+    executing_requests: IntGaugeVec,
+    executing_seats: IntGaugeVec,
+    nominal: IntGaugeVec,
+    wait: HistogramVec,
+}
+
+impl FlowMetrics {
+    /// Registers them in `r`. The names and labels are constants: registering cannot fail.
+    pub fn register(r: &Registry) -> Self {
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            r.register(Box::new(m.clone())).expect("unique metric");
+            m
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+            r.register(Box::new(m.clone())).expect("unique metric");
+            m
+        };
+        let pf = ["priority_level", "flow_schema"];
+        let wait = HistogramVec::new(
+            HistogramOpts::new(
+                "apiserver_flowcontrol_request_wait_duration_seconds",
+                "Time requests waited in queue, by priority level, flow schema and whether they executed.",
+            )
+            .buckets(vec![0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0]),
+            &["priority_level", "flow_schema", "execute"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(wait.clone())).expect("unique metric");
+        Self {
+            dispatched: counter(
+                "apiserver_flowcontrol_dispatched_requests_total",
+                "Requests released for execution, by priority level and flow schema.",
+                &pf,
+            ),
+            rejected: counter(
+                "apiserver_flowcontrol_rejected_requests_total",
+                "Requests refused, by priority level, flow schema and reason.",
+                &["priority_level", "flow_schema", "reason"],
+            ),
+            inqueue: gauge(
+                "apiserver_flowcontrol_current_inqueue_requests",
+                "Requests waiting in a queue, by priority level and flow schema.",
+                &pf,
+            ),
+            executing_requests: gauge(
+                "apiserver_flowcontrol_current_executing_requests",
+                "Requests executing, by priority level and flow schema.",
+                &pf,
+            ),
+            executing_seats: gauge(
+                "apiserver_flowcontrol_current_executing_seats",
+                "Seats held by executing requests, by priority level and flow schema.",
+                &pf,
+            ),
+            nominal: gauge(
+                "apiserver_flowcontrol_nominal_limit_seats",
+                "The nominal seats of each priority level.",
+                &["priority_level"],
+            ),
+            wait,
+        }
+    }
+
+    fn inqueue(&self, labels: &[String; 2], by: i64) {
+        self.inqueue
+            .with_label_values(&[&labels[0], &labels[1]])
+            .add(by);
+    }
+
+    fn executing(&self, labels: &[String; 2], by: i64) {
+        let l = [labels[0].as_str(), labels[1].as_str()];
+        self.executing_requests.with_label_values(&l).add(by);
+        self.executing_seats.with_label_values(&l).add(by);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    fn control(total: usize, wait: Duration) -> FlowControl {
+        FlowControl::with_config(
+            config::bootstrap_levels(),
+            config::bootstrap_schemas(),
+            total,
+            wait,
+            FlowMetrics::register(&Registry::new()),
+        )
+    }
+
+    #[test]
+    fn nominal_seats_are_upstreams_split() {
+        let fc = control(600, Duration::from_secs(15));
+        let nominal = |n: &str| fc.level(n).map(|l| l.nominal).unwrap_or(usize::MAX);
+        for (name, want) in [
+            ("exempt", 0),
+            ("catch-all", 13),
+            ("system", 74),
+            ("node-high", 98),
+            ("leader-election", 25),
+            ("workload-high", 98),
+            ("workload-low", 245),
+            ("global-default", 49),
+        ] {
+            assert_eq!(nominal(name), want, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn masters_are_exempt_and_a_full_level_is_a_429_with_retry_after() {
+        // 10 seats in all: global-default gets ceil(10 × 20/245) = 1.
+        let fc = control(10, Duration::from_millis(50));
+        let alice = Identity::new("alice", vec!["system:authenticated".into()]);
+        let a = Attributes::from_request(&Method::GET, "/apis/g/v1/namespaces/n/things", None);
+        let Some(Ok(first)) = fc.admit(&alice, &a).await else {
+            panic!("the first request runs")
+        };
+        assert_eq!(
+            first.headers.flow_schema.to_str().ok(),
+            Some(config::uid("flowschema", "global-default").as_str())
+        );
+        let Some(Err(refused)) = fc.admit(&alice, &a).await else {
+            panic!("the second waits past its limit and is refused")
+        };
+        assert_eq!(refused.status.code(), http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(refused.status.message().contains("Too many requests"));
+        let root = Identity::new("root", vec!["system:masters".into()]);
+        for _ in 0..50 {
+            let Some(Ok(t)) = fc.admit(&root, &a).await else {
+                panic!("masters are exempt")
+            };
+            std::mem::forget(t);
+        }
+        drop(first);
+        assert!(matches!(fc.admit(&alice, &a).await, Some(Ok(_))));
+    }
+
+    #[test]
+    fn retry_after_doubles_under_drops_and_comes_back() {
+        let mut r = RetryAfter::default();
+        let t0 = Instant::now();
+        assert_eq!(r.dropped(t0), 1);
+        for _ in 0..5 {
+            r.dropped(t0);
+        }
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(r.dropped(t1), 2, "6 drops in the last second: doubled");
+        let later = t1 + Duration::from_secs(10);
+        assert_eq!(r.dropped(later), 1, "no drops since: lowered");
+    }
+
+    #[test]
+    fn the_dumps_list_every_level_and_queue() {
+        let fc = control(600, Duration::from_secs(15));
+        let levels = fc.dump_priority_levels();
+        assert!(levels.starts_with("PriorityLevelName,"), "{levels}");
+        assert_eq!(levels.lines().count(), 9, "{levels}");
+        let queues = fc.dump_queues();
+        // 64 + 64 + 16 + 128 × 3 queues, and the header.
+        assert_eq!(
+            queues.lines().count(),
+            1 + 64 + 64 + 16 + 128 * 3,
+            "{}",
+            queues.lines().next().unwrap_or("")
+        );
+    }
+}

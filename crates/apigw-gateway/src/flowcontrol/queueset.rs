@@ -1,0 +1,406 @@
+//! One priority level's seats and queues, as k8s.io/apiserver's queueset runs them: an exempt
+//! level never waits; a `Reject` level runs a request when a seat is free and refuses it
+//! otherwise; a queuing level deals each flow a hand of queues (shuffle sharding), puts the
+//! request in the hand's queue with the least waiting work, refuses it only when every seat is
+//! taken and that queue is full, and dispatches from the queues by fair queuing: the non-empty
+//! queue with the earliest virtual finish time goes next (round-robin on ties), each request
+//! costing its seats times a nominal 3 ms of virtual time, so a flow that sends more waits
+//! longer and the others do not.
+
+use super::classify::deal;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Virtual seconds a request costs per seat (upstream's estimated service duration).
+const SERVICE: f64 = 0.003;
+
+/// Why a request was refused, with upstream's metric reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    QueueFull,
+    ConcurrencyLimit,
+    TimeOut,
+}
+
+impl Reason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue-full",
+            Self::ConcurrencyLimit => "concurrency-limit",
+            Self::TimeOut => "time-out",
+        }
+    }
+}
+
+/// How the level limits.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode {
+    Exempt,
+    Reject,
+    Queue {
+        queues: usize,
+        hand_size: usize,
+        queue_length_limit: usize,
+    },
+}
+
+/// A level's state.
+pub struct QueueSet {
+    pub mode: Mode,
+    /// Seats: the level's concurrency limit.
+    pub limit: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    seats_in_use: usize,
+    executing: usize,
+    queues: Vec<Queue>,
+    /// The queue served last, for round-robin among ties.
+    robin: usize,
+    /// Enqueues so far: where in the hand the search for the lightest queue starts.
+    enqueues: usize,
+    /// The virtual time of the last dispatch.
+    now: f64,
+    next_id: u64,
+    dispatched: u64,
+    rejected: u64,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Waiter>,
+    /// The virtual time the queue's next request may start at.
+    next: f64,
+    executing: usize,
+}
+
+struct Waiter {
+    id: u64,
+    seats: usize,
+    /// Receives the seat once dispatched: a seat sent to a request that has gone is dropped
+    /// with the channel, and so given back.
+    tx: oneshot::Sender<Seat>,
+}
+
+/// A request running on the level: its seats, given back when dropped.
+pub struct Seat {
+    set: Arc<QueueSet>,
+    queue: Option<usize>,
+    seats: usize,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let unwanted = {
+            let mut st = self.set.lock();
+            st.seats_in_use = st.seats_in_use.saturating_sub(self.seats);
+            st.executing = st.executing.saturating_sub(1);
+            if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
+                q.executing = q.executing.saturating_sub(1);
+            }
+            self.set.dispatch(&mut st)
+        };
+        // Seats their requests no longer wanted: given back, outside the lock.
+        drop(unwanted);
+    }
+}
+
+/// What became of a new request.
+pub enum Start {
+    Run(Seat),
+    /// Queued: wait on `rx`; if it never fires within the wait limit, [`QueueSet::cancel`].
+    Queued {
+        id: u64,
+        queue: usize,
+        rx: oneshot::Receiver<Seat>,
+    },
+    Rejected(Reason),
+}
+
+/// A snapshot of a level for the debug dump.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub active_queues: usize,
+    pub waiting: usize,
+    pub executing: usize,
+    pub seats_in_use: usize,
+    pub dispatched: u64,
+    pub rejected: u64,
+    /// Per queue: (waiting, executing, virtual next dispatch).
+    pub queues: Vec<(usize, usize, f64)>,
+}
+
+impl QueueSet {
+    pub fn new(mode: Mode, limit: usize) -> Arc<Self> {
+        let queues = match mode {
+            Mode::Queue { queues, .. } => (0..queues).map(|_| Queue::default()).collect(),
+            _ => Vec::new(),
+        };
+        Arc::new(Self {
+            mode,
+            limit,
+            state: Mutex::new(State {
+                queues,
+                ..State::default()
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a request of flow `hash` needing `seats`.
+    pub fn start(self: &Arc<Self>, hash: u64, seats: usize) -> Start {
+        let mut st = self.lock();
+        match self.mode {
+            Mode::Exempt => Start::Run(self.run(&mut st, None, seats)),
+            Mode::Reject => {
+                if self.fits(&st, seats) {
+                    Start::Run(self.run(&mut st, None, seats))
+                } else {
+                    st.rejected += 1;
+                    Start::Rejected(Reason::ConcurrencyLimit)
+                }
+            }
+            Mode::Queue {
+                queues,
+                hand_size,
+                queue_length_limit,
+            } => {
+                let hand = deal(hash, queues, hand_size);
+                let offset = st.enqueues % hand.len().max(1);
+                st.enqueues = st.enqueues.wrapping_add(1);
+                // The hand's queue with the least waiting work, from `offset` on.
+                let mut chosen = hand[offset];
+                let mut least = usize::MAX;
+                for i in 0..hand.len() {
+                    let q = hand[(offset + i) % hand.len()];
+                    let work: usize = st.queues[q].waiting.iter().map(|w| w.seats).sum();
+                    if work < least {
+                        least = work;
+                        chosen = q;
+                    }
+                }
+                if st.seats_in_use >= self.limit
+                    && st.queues[chosen].waiting.len() >= queue_length_limit
+                {
+                    st.rejected += 1;
+                    return Start::Rejected(Reason::QueueFull);
+                }
+                let (tx, rx) = oneshot::channel();
+                st.next_id += 1;
+                let id = st.next_id;
+                let now = st.now;
+                let q = &mut st.queues[chosen];
+                if q.waiting.is_empty() && q.executing == 0 {
+                    // An idle queue starts at the present, not with credit from its past.
+                    q.next = q.next.max(now);
+                }
+                q.waiting.push_back(Waiter { id, seats, tx });
+                let unwanted = self.dispatch(&mut st);
+                drop(st);
+                drop(unwanted);
+                // Through its queue, as upstream: dispatched at once when a seat was free.
+                let mut rx = rx;
+                match rx.try_recv() {
+                    Ok(seat) => Start::Run(seat),
+                    Err(_) => Start::Queued {
+                        id,
+                        queue: chosen,
+                        rx,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Takes a waiter out of its queue (its wait ended); false when it was dispatched first.
+    pub fn cancel(&self, queue: usize, id: u64) -> bool {
+        let mut st = self.lock();
+        let Some(q) = st.queues.get_mut(queue) else {
+            return false;
+        };
+        let before = q.waiting.len();
+        q.waiting.retain(|w| w.id != id);
+        let removed = q.waiting.len() < before;
+        if removed {
+            st.rejected += 1;
+        }
+        removed
+    }
+
+    fn fits(&self, st: &State, seats: usize) -> bool {
+        // A request wider than the whole level runs alone.
+        if seats > self.limit {
+            return st.executing == 0;
+        }
+        st.seats_in_use + seats <= self.limit
+    }
+
+    fn run(self: &Arc<Self>, st: &mut State, queue: Option<usize>, seats: usize) -> Seat {
+        st.seats_in_use += seats;
+        st.executing += 1;
+        st.dispatched += 1;
+        Seat {
+            set: self.clone(),
+            queue,
+            seats,
+        }
+    }
+
+    /// Dispatches waiting requests while seats are free: each time, the head of the
+    /// non-empty queue with the earliest virtual finish, round-robin on ties.
+    /// Returns the seats of waiters that had gone, to be dropped once the lock is released.
+    #[must_use]
+    fn dispatch(self: &Arc<Self>, st: &mut State) -> Vec<Seat> {
+        let mut unwanted = Vec::new();
+        loop {
+            let n = st.queues.len();
+            let mut best: Option<(usize, f64)> = None;
+            for i in 1..=n {
+                let q = (st.robin + i) % n;
+                let queue = &st.queues[q];
+                let Some(head) = queue.waiting.front() else {
+                    continue;
+                };
+                let finish = queue.next + head.seats as f64 * SERVICE;
+                if best.is_none_or(|(_, f)| finish < f) {
+                    best = Some((q, finish));
+                }
+            }
+            let Some((q, _)) = best else {
+                return unwanted;
+            };
+            let seats = st.queues[q].waiting.front().map_or(1, |w| w.seats);
+            if !self.fits(st, seats) {
+                return unwanted;
+            }
+            let Some(waiter) = st.queues[q].waiting.pop_front() else {
+                return unwanted;
+            };
+            st.robin = q;
+            let start = st.queues[q].next;
+            st.now = st.now.max(start);
+            st.queues[q].next = start + seats as f64 * SERVICE;
+            st.queues[q].executing += 1;
+            let seat = self.run(st, Some(q), seats);
+            if let Err(seat) = waiter.tx.send(seat) {
+                unwanted.push(seat);
+            }
+        }
+    }
+
+    /// The level's state, for the debug dumps.
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.lock();
+        Snapshot {
+            active_queues: st.queues.iter().filter(|q| !q.waiting.is_empty()).count(),
+            waiting: st.queues.iter().map(|q| q.waiting.len()).sum(),
+            executing: st.executing,
+            seats_in_use: st.seats_in_use,
+            dispatched: st.dispatched,
+            rejected: st.rejected,
+            queues: st
+                .queues
+                .iter()
+                .map(|q| (q.waiting.len(), q.executing, q.next))
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue_mode(queues: usize, hand_size: usize, limit: usize) -> Mode {
+        let _ = limit;
+        Mode::Queue {
+            queues,
+            hand_size,
+            queue_length_limit: 3,
+        }
+    }
+
+    #[test]
+    fn exempt_and_reject_levels() {
+        let exempt = QueueSet::new(Mode::Exempt, 0);
+        let seats: Vec<_> = (0..100)
+            .map(|_| match exempt.start(1, 1) {
+                Start::Run(s) => s,
+                _ => panic!("an exempt level never waits"),
+            })
+            .collect();
+        assert_eq!(exempt.snapshot().executing, 100);
+        drop(seats);
+        let reject = QueueSet::new(Mode::Reject, 2);
+        let a = reject.start(1, 1);
+        let b = reject.start(2, 1);
+        assert!(matches!(
+            reject.start(3, 1),
+            Start::Rejected(Reason::ConcurrencyLimit)
+        ));
+        drop(a);
+        assert!(matches!(reject.start(3, 1), Start::Run(_)));
+        drop(b);
+    }
+
+    /// With one seat, a flow that queued many requests and a flow that queued one: the second
+    /// flow's request is served next, not after all of the first's.
+    #[tokio::test]
+    async fn fair_queuing_serves_the_quiet_flow_before_the_noisy_ones_backlog() {
+        let set = QueueSet::new(queue_mode(8, 1, 1), 1);
+        let Start::Run(first) = set.start(0, 1) else {
+            panic!("a free seat runs at once")
+        };
+        // The noisy flow (hash 0 → queue 0) queues three; then the quiet flow (hash 5).
+        let mut noisy = Vec::new();
+        for _ in 0..3 {
+            match set.start(0, 1) {
+                Start::Queued { rx, queue, .. } => noisy.push((rx, queue)),
+                _ => panic!("queued"),
+            }
+        }
+        let Start::Queued { mut rx, queue, .. } = set.start(5, 1) else {
+            panic!("queued")
+        };
+        assert_ne!(queue, noisy[0].1, "the flows are in different queues");
+        drop(first);
+        // The seat went to the head of the noisy queue or to the quiet one; after at most one
+        // more release, the quiet request runs.
+        if rx.try_recv().is_err() {
+            let (mut head, _) = noisy.remove(0);
+            let seat = head.try_recv().expect("the noisy head ran");
+            drop(seat);
+            assert!(
+                rx.try_recv().is_ok(),
+                "the quiet flow waited behind the backlog"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_queue_refuses_only_when_every_seat_is_taken() {
+        let set = QueueSet::new(queue_mode(1, 1, 1), 1);
+        let Start::Run(_running) = set.start(0, 1) else {
+            panic!("a free seat runs at once")
+        };
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            waiting.push(set.start(0, 1));
+        }
+        assert!(matches!(
+            set.start(0, 1),
+            Start::Rejected(Reason::QueueFull)
+        ));
+        // A waiter that gives up leaves room.
+        if let Some(Start::Queued { id, queue, .. }) = waiting.pop() {
+            assert!(set.cancel(queue, id));
+        }
+        assert!(matches!(set.start(0, 1), Start::Queued { .. }));
+    }
+}
