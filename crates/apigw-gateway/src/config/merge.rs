@@ -196,7 +196,7 @@ pub(super) fn merge(
     );
     let authz = authz(&flags.authz, file.authz, cluster.is_some(), &mut cx);
     let availability = availability(&flags.availability, file.availability, &mut cx);
-    let flowcontrol = flowcontrol(&flags.limits, &file.limits);
+    let flowcontrol = flowcontrol(&flags.limits, &file.limits, &mut cx);
     let limits = limits(&flags.limits, file.limits, &mut cx);
     let server = server(&flags.server, file.server, listen, &mut cx);
     let (log, metrics_listen) = log(&flags.log, file.log, &mut cx);
@@ -589,8 +589,21 @@ fn availability(
 }
 
 /// API Priority and Fairness: on unless turned off; its seats are the two in-flight limits.
-fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags) -> FlowControlSettings {
+fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags, cx: &mut Cx) -> FlowControlSettings {
     let d = FlowControlSettings::default();
+    const PERCENT: &str = "max-apiservice-seats-percent";
+    let percent = match given(
+        f.max_apiservice_seats_percent,
+        file.max_apiservice_seats_percent,
+    ) {
+        None => d.apiservice_percent,
+        Some((p @ 1..=100, _)) => p,
+        Some((p, in_file)) => {
+            let at = cx.origin.name(PERCENT, in_file);
+            cx.later(at, format!("{p}: must be from 1 to 100"));
+            d.apiservice_percent
+        }
+    };
     let read_only = f
         .max_requests_inflight
         .or(file.max_requests_inflight)
@@ -605,6 +618,7 @@ fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags) -> FlowControlSettings {
             .or(file.enable_priority_and_fairness)
             .unwrap_or(d.enabled),
         total_seats: read_only.saturating_add(mutating),
+        apiservice_percent: percent,
     }
 }
 

@@ -329,6 +329,11 @@ section! {
             display_order = 38
         )]
         pub enable_priority_and_fairness: Option<bool> = "enablePriorityAndFairness",
+        /// With API Priority and Fairness, the percentage of each priority level's seats one
+        /// APIService's requests may hold, so a stalled backend cannot take them all (1 to
+        /// 100; 100: no cap) [default: 50].
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        pub max_apiservice_seats_percent: Option<u32> = "maxApiserviceSeatsPercent",
         /// Requests in flight at once from one client address [default: 0, no limit].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 39)]
         pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",

@@ -6,7 +6,9 @@
 //! others. A full level answers 429 with `Retry-After`; every classified answer carries
 //! `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`. Watches hold
 //! their seat until established; other long-running requests bypass APF, as upstream's.
-//! The configuration is upstream's mandatory and suggested set ([`config`]).
+//! The configuration is upstream's mandatory and suggested set ([`config`]). Beyond upstream,
+//! one APIService's requests may hold only a share of each level's seats, so a backend that
+//! stops answering cannot take the seats the other backends' requests need.
 
 pub mod classify;
 pub mod config;
@@ -37,6 +39,9 @@ pub struct FlowControlSettings {
     /// The seats shared by the priority levels: `--max-requests-inflight` +
     /// `--max-mutating-requests-inflight` (400 + 200, as upstream).
     pub total_seats: usize,
+    /// The percentage of each limited level's seats one APIService's requests may hold
+    /// (`--max-apiservice-seats-percent`; 100: no cap).
+    pub apiservice_percent: u32,
 }
 
 impl Default for FlowControlSettings {
@@ -44,6 +49,7 @@ impl Default for FlowControlSettings {
         Self {
             enabled: true,
             total_seats: 600,
+            apiservice_percent: 50,
         }
     }
 }
@@ -56,6 +62,52 @@ pub struct Level {
     pub nominal: usize,
     set: Arc<QueueSet>,
     retry_after: Mutex<RetryAfter>,
+    /// The seats one APIService's requests may hold; None for the exempt level.
+    apiservice_cap: Option<usize>,
+    /// Seats held per APIService.
+    held: Mutex<HashMap<String, usize>>,
+    /// Woken when an APIService's request gives its claim back.
+    freed: tokio::sync::Notify,
+}
+
+/// One APIService's hold on a seat of a level, given back when dropped.
+struct Claim {
+    level: Arc<Level>,
+    apiservice: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.level.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.apiservice) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.apiservice);
+            }
+        }
+        drop(held);
+        self.level.freed.notify_waiters();
+    }
+}
+
+impl Level {
+    /// A seat's worth of `apiservice`'s share (None inside when uncapped), or None when its
+    /// requests already hold all of it.
+    fn claim(self: &Arc<Self>, apiservice: &str) -> Option<Option<Claim>> {
+        let Some(cap) = self.apiservice_cap else {
+            return Some(None);
+        };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(apiservice.to_string()).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(Some(Claim {
+            level: self.clone(),
+            apiservice: apiservice.to_string(),
+        }))
+    }
 }
 
 /// The flow-control state.
@@ -88,6 +140,7 @@ impl PfHeaders {
 pub struct Ticket {
     pub headers: PfHeaders,
     seat: Option<Seat>,
+    claim: Option<Claim>,
     labels: [String; 2],
     metrics: FlowMetrics,
 }
@@ -95,6 +148,7 @@ pub struct Ticket {
 impl Ticket {
     /// Gives the seat back while the request goes on (an established watch).
     pub fn release(&mut self) {
+        self.claim = None;
         if self.seat.take().is_some() {
             self.metrics.executing(&self.labels, -1);
         }
@@ -124,7 +178,7 @@ impl FlowControl {
         Self::with_config(
             config::bootstrap_levels(),
             config::bootstrap_schemas(),
-            settings.total_seats,
+            settings,
             (request_timeout / 4).min(MAX_WAIT),
             metrics,
         )
@@ -133,10 +187,11 @@ impl FlowControl {
     fn with_config(
         levels: Vec<PriorityLevel>,
         mut schemas: Vec<FlowSchema>,
-        total: usize,
+        settings: &FlowControlSettings,
         wait_limit: Duration,
         metrics: FlowMetrics,
     ) -> Self {
+        let total = settings.total_seats;
         let share_sum: u64 = levels
             .iter()
             .map(|l| match l.kind {
@@ -171,11 +226,19 @@ impl FlowControl {
                     .nominal
                     .with_label_values(&[&config.name])
                     .set(nominal as i64);
+                let apiservice_cap = match mode {
+                    Mode::Exempt => None,
+                    _ if settings.apiservice_percent >= 100 => None,
+                    _ => Some((nominal * settings.apiservice_percent as usize / 100).max(1)),
+                };
                 let level = Level {
                     uid: header(&config.uid),
                     nominal,
                     set: QueueSet::new(mode, nominal),
                     retry_after: Mutex::new(RetryAfter::default()),
+                    apiservice_cap,
+                    held: Mutex::default(),
+                    freed: tokio::sync::Notify::new(),
                     config,
                 };
                 (level.config.name.clone(), Arc::new(level))
@@ -217,18 +280,47 @@ impl FlowControl {
         Some((schema, uid, level))
     }
 
-    /// Admits a request by `id` with `a` under APF: at once, after waiting its turn in a
-    /// queue, or refused with a 429. None when nothing classifies it (no catch-all).
-    pub async fn admit(&self, id: &Identity, a: &Attributes) -> Option<Result<Ticket, Rejected>> {
+    /// Admits a request by `id` with `a`, for the backend of `apiservice` if any, under
+    /// APF: at once, after waiting its turn in a queue, or refused with a 429. None when
+    /// nothing classifies it (no catch-all).
+    pub async fn admit(
+        &self,
+        id: &Identity,
+        a: &Attributes,
+        apiservice: Option<&str>,
+    ) -> Option<Result<Ticket, Rejected>> {
         let (schema, schema_uid, level) = self.classify(id, a)?;
         let headers = PfHeaders {
             flow_schema: schema_uid.clone(),
             priority_level: level.uid.clone(),
         };
         let labels = [level.config.name.clone(), schema.name.clone()];
+        let arrived = Instant::now();
+        let deadline = arrived + self.wait_limit;
+        // Its APIService's share first: waiting (within the same limit) while it is all held.
+        let mut claim = None;
+        if let Some(name) = apiservice {
+            loop {
+                let freed = level.freed.notified();
+                tokio::pin!(freed);
+                freed.as_mut().enable();
+                if let Some(got) = level.claim(name) {
+                    claim = got;
+                    break;
+                }
+                if tokio::time::timeout_at(deadline.into(), freed)
+                    .await
+                    .is_err()
+                {
+                    let reason = Reason::ApiServiceLimit;
+                    return Some(Err(
+                        self.refuse(level, &labels, headers, reason, true, arrived)
+                    ));
+                }
+            }
+        }
         let distinguisher = classify::distinguisher(schema, id, a);
         let hash = classify::flow_hash(&schema.name, &distinguisher);
-        let arrived = Instant::now();
         let outcome = match level.set.start(hash, 1) {
             Start::Run(seat) => Ok(seat),
             Start::Rejected(reason) => Err((reason, false)),
@@ -238,7 +330,7 @@ impl FlowControl {
                 rx,
             } => {
                 self.metrics.inqueue(&labels, 1);
-                let waited = tokio::time::timeout(self.wait_limit, rx).await;
+                let waited = tokio::time::timeout_at(deadline.into(), rx).await;
                 self.metrics.inqueue(&labels, -1);
                 match waited {
                     Ok(Ok(seat)) => Ok(seat),
@@ -250,49 +342,67 @@ impl FlowControl {
                 }
             }
         };
-        let waited = arrived.elapsed().as_secs_f64();
         match outcome {
             Ok(seat) => {
+                let waited = arrived.elapsed().as_secs_f64();
+                let pf = [labels[0].as_str(), labels[1].as_str()];
                 self.metrics
                     .wait
-                    .with_label_values(&[&labels[0], &labels[1], "true"])
+                    .with_label_values(&[pf[0], pf[1], "true"])
                     .observe(waited);
-                self.metrics
-                    .dispatched
-                    .with_label_values(&[&labels[0], &labels[1]])
-                    .inc();
+                self.metrics.dispatched.with_label_values(&pf).inc();
                 self.metrics.executing(&labels, 1);
                 Some(Ok(Ticket {
                     headers,
                     seat: Some(seat),
+                    claim,
                     labels,
                     metrics: self.metrics.clone(),
                 }))
             }
-            Err((reason, queued)) => {
-                let execute = if queued { "true" } else { "false" };
-                self.metrics
-                    .wait
-                    .with_label_values(&[&labels[0], &labels[1], execute])
-                    .observe(waited);
-                self.metrics
-                    .rejected
-                    .with_label_values(&[&labels[0], &labels[1], reason.label()])
-                    .inc();
-                let retry = level
-                    .retry_after
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .dropped(Instant::now());
-                let status = Status::new(
-                    http::StatusCode::TOO_MANY_REQUESTS,
-                    "TooManyRequests",
-                    "Too many requests, please try again later.",
-                )
-                .with_retry_after(u32::try_from(retry).unwrap_or(u32::MAX));
-                Some(Err(Rejected { headers, status }))
-            }
+            Err((reason, queued)) => Some(Err(
+                self.refuse(level, &labels, headers, reason, queued, arrived)
+            )),
         }
+    }
+
+    /// The 429 of a refused request, counted.
+    fn refuse(
+        &self,
+        level: &Level,
+        labels: &[String; 2],
+        headers: PfHeaders,
+        reason: Reason,
+        queued: bool,
+        arrived: Instant,
+    ) -> Rejected {
+        let execute = if queued { "true" } else { "false" };
+        self.metrics
+            .wait
+            .with_label_values(&[&labels[0], &labels[1], execute])
+            .observe(arrived.elapsed().as_secs_f64());
+        self.metrics
+            .rejected
+            .with_label_values(&[&labels[0], &labels[1], reason.label()])
+            .inc();
+        let retry = level
+            .retry_after
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dropped(Instant::now());
+        let message = match reason {
+            Reason::ApiServiceLimit => {
+                "Too many requests to this APIService's backend: they hold their share of their priority level's seats; please try again later."
+            }
+            _ => "Too many requests, please try again later.",
+        };
+        let status = Status::new(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            message,
+        )
+        .with_retry_after(u32::try_from(retry).unwrap_or(u32::MAX));
+        Rejected { headers, status }
     }
 
     /// `/debug/api_priority_and_fairness/dump_priority_levels`: one line per level, by name.
@@ -551,7 +661,10 @@ mod tests {
         FlowControl::with_config(
             config::bootstrap_levels(),
             config::bootstrap_schemas(),
-            total,
+            &FlowControlSettings {
+                total_seats: total,
+                ..FlowControlSettings::default()
+            },
             wait,
             FlowMetrics::register(&Registry::new()),
         )
@@ -581,27 +694,27 @@ mod tests {
         let fc = control(10, Duration::from_millis(50));
         let alice = Identity::new("alice", vec!["system:authenticated".into()]);
         let a = Attributes::from_request(&Method::GET, "/apis/g/v1/namespaces/n/things", None);
-        let Some(Ok(first)) = fc.admit(&alice, &a).await else {
+        let Some(Ok(first)) = fc.admit(&alice, &a, None).await else {
             panic!("the first request runs")
         };
         assert_eq!(
             first.headers.flow_schema.to_str().ok(),
             Some(config::uid("flowschema", "global-default").as_str())
         );
-        let Some(Err(refused)) = fc.admit(&alice, &a).await else {
+        let Some(Err(refused)) = fc.admit(&alice, &a, None).await else {
             panic!("the second waits past its limit and is refused")
         };
         assert_eq!(refused.status.code(), http::StatusCode::TOO_MANY_REQUESTS);
         assert!(refused.status.message().contains("Too many requests"));
         let root = Identity::new("root", vec!["system:masters".into()]);
         for _ in 0..50 {
-            let Some(Ok(t)) = fc.admit(&root, &a).await else {
+            let Some(Ok(t)) = fc.admit(&root, &a, None).await else {
                 panic!("masters are exempt")
             };
             std::mem::forget(t);
         }
         drop(first);
-        assert!(matches!(fc.admit(&alice, &a).await, Some(Ok(_))));
+        assert!(matches!(fc.admit(&alice, &a, None).await, Some(Ok(_))));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub enum Reason {
     QueueFull,
     ConcurrencyLimit,
     TimeOut,
+    /// apigw's own: the APIService's requests hold their share of the level's seats.
+    ApiServiceLimit,
 }
 
 impl Reason {
@@ -29,6 +31,7 @@ impl Reason {
             Self::QueueFull => "queue-full",
             Self::ConcurrencyLimit => "concurrency-limit",
             Self::TimeOut => "time-out",
+            Self::ApiServiceLimit => "apiservice-limit",
         }
     }
 }

@@ -133,7 +133,8 @@ impl Gateway {
         // 6. Log: from here on the request is logged and audited however it ends, also when
         // the client goes away before the response head (this future is then dropped).
         let mut record = self.record(&req, info, &route, permit);
-        let (admitted, pf) = self.admit(&req, peer, &record.info).await;
+        let apiservice = route.apiservice().map(|s| s.name.as_str());
+        let (admitted, pf) = self.admit(&req, peer, &record.info, apiservice).await;
         let result = match admitted {
             Err(refused) => {
                 record.identity = refused.identity.map(|b| *b);
@@ -183,6 +184,7 @@ impl Gateway {
         req: &Request<B>,
         peer: &PeerIdentity,
         info: &RequestInfo,
+        apiservice: Option<&str>,
     ) -> (
         Result<(Admitted, Option<Ticket>), Refused>,
         Option<PfHeaders>,
@@ -202,7 +204,7 @@ impl Gateway {
         // Long-running requests but watches bypass APF, as upstream's.
         let flow = match (&self.flow, info.kind) {
             (Some(flow), RequestKind::Short | RequestKind::Watch) => {
-                flow.admit(&identity, &info.attrs).await
+                flow.admit(&identity, &info.attrs, apiservice).await
             }
             _ => None,
         };

@@ -700,3 +700,124 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
         "{metrics}"
     );
 }
+
+/// A TLS backend (the dev PKI's wardle certificate) that takes requests and never answers.
+async fn stalled_backend(pki: &std::path::Path) -> std::net::SocketAddr {
+    let certs = apigw_core::tls::load_certs(&pki.join("wardle.crt")).expect("backend cert");
+    let key = apigw_core::tls::load_key(&pki.join("wardle.key")).expect("backend key");
+    let tls = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("backend TLS");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let never = hyper::service::service_fn(|_: Request<hyper::body::Incoming>| async {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::new())))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), never)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Beyond upstream: one APIService's requests hold at most half of a level's seats. With a
+/// backend that stopped answering and five requests stuck on it, the other APIService's
+/// requests on the same level still succeed; the stalled one's requests past its share wait
+/// for it, then get 429, and those holding a seat end at the request timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
+    let (dir, pki) = dev_pki();
+    let fast = echo_backend(&pki).await;
+    let stalled = stalled_backend(&pki).await;
+    // 40 seats: global-default has ceil(40 × 20/245) = 4, of which an APIService may hold 2.
+    let w = World::build(
+        dir,
+        pki,
+        &format!(
+            "serviceCaFile: pki/addon-ca.crt\nproxyClientCertFile: pki/proxy-client.crt\n\
+             proxyClientKeyFile: pki/proxy-client.key\n\
+             maxRequestsInflight: 40\nmaxMutatingRequestsInflight: 0\nrequestTimeout: 3s\n\
+             resolve:\n  \"wardle-server.wardle-namespace.svc:443\": \"{fast}\"\n\
+             \x20 \"wardle-server.wardle-namespace.svc:8443\": \"{stalled}\"\n"
+        ),
+    );
+    let service = |version: &str, port: u16| {
+        crate::registry::ApiService::from_value(serde_json::json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{version}.wardle.example.com")},
+            "spec": {"group": "wardle.example.com", "version": version,
+                     "service": {"namespace": "wardle-namespace", "name": "wardle-server", "port": port},
+                     "groupPriorityMinimum": 1000, "versionPriority": 15}
+        }))
+        .expect("APIService")
+    };
+    w.gateway.registry.replace(crate::registry::Snapshot::new([
+        service("v1alpha1", 443),
+        service("v1beta1", 8443),
+    ]));
+    let token = format!("Bearer {}", w.token());
+    let get = |version: &str| {
+        w.get(&format!(
+            "/apis/wardle.example.com/{version}/namespaces/default/flunders"
+        ))
+        .header(header::AUTHORIZATION, token.as_str())
+        .body(empty())
+        .unwrap()
+    };
+    let stuck = futures_util::future::join_all((0..5).map(|_| w.send(get("v1beta1"))));
+    let others = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            codes.push(w.send(get("v1alpha1")).await.0);
+        }
+        codes
+    };
+    let (stuck, others) = tokio::join!(stuck, others);
+    assert_eq!(
+        others,
+        [StatusCode::OK; 3],
+        "the healthy backend's requests were refused"
+    );
+    let refused: Vec<_> = stuck
+        .iter()
+        .filter(|(code, _, _)| *code == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        3,
+        "{:?}",
+        stuck.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
+    for (_, headers, body) in &refused {
+        assert!(headers.contains_key(header::RETRY_AFTER));
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("APIService's backend"),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        stuck
+            .iter()
+            .filter(|(code, _, _)| *code == StatusCode::GATEWAY_TIMEOUT)
+            .count(),
+        2
+    );
+}
