@@ -612,7 +612,19 @@ fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags, cx: &mut Cx) -> FlowControlS
         .max_mutating_requests_inflight
         .or(file.max_mutating_requests_inflight)
         .unwrap_or(MAX_MUTATING_INFLIGHT);
+    let (config, in_file) = cx.path(&f.flowcontrol_config, file.flowcontrol_config.clone());
+    if let Some(path) = &config {
+        let at = cx.origin.name("flowcontrol-config", in_file);
+        if !path.exists() {
+            cx.later(at, format!("{}: no such file or directory", path.display()));
+        } else if let Err(problems) = crate::flowcontrol::objects::load(path) {
+            for problem in problems {
+                cx.later(at.clone(), problem);
+            }
+        }
+    }
     FlowControlSettings {
+        config,
         enabled: f
             .enable_priority_and_fairness
             .or(file.enable_priority_and_fairness)

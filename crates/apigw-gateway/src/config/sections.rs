@@ -334,6 +334,11 @@ section! {
         /// 100; 100: no cap) [default: 50].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
         pub max_apiservice_seats_percent: Option<u32> = "maxApiserviceSeatsPercent",
+        /// With API Priority and Fairness, FlowSchemas and PriorityLevelConfigurations (v1
+        /// objects, a file or a directory) laid over the built-in ones by name; reloaded when
+        /// they change.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        pub flowcontrol_config: Option<PathBuf> = "flowcontrolConfig",
         /// Requests in flight at once from one client address [default: 0, no limit].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 39)]
         pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",

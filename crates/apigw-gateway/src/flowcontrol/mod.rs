@@ -12,6 +12,7 @@
 
 pub mod classify;
 pub mod config;
+pub mod objects;
 pub mod queueset;
 
 use crate::authn::Identity;
@@ -42,6 +43,9 @@ pub struct FlowControlSettings {
     /// The percentage of each limited level's seats one APIService's requests may hold
     /// (`--max-apiservice-seats-percent`; 100: no cap).
     pub apiservice_percent: u32,
+    /// `--flowcontrol-config`: FlowSchemas and PriorityLevelConfigurations laid over the
+    /// built-in ones, read again when they change.
+    pub config: Option<std::path::PathBuf>,
 }
 
 impl Default for FlowControlSettings {
@@ -50,6 +54,7 @@ impl Default for FlowControlSettings {
             enabled: true,
             total_seats: 600,
             apiservice_percent: 50,
+            config: None,
         }
     }
 }
@@ -167,23 +172,81 @@ pub struct Rejected {
     pub status: Status,
 }
 
-impl FlowControl {
-    /// Upstream's mandatory and suggested configuration over `settings.total_seats`, waiting
-    /// at most a quarter of `request_timeout` in a queue.
+/// APF in force: its configuration, swapped whole when `--flowcontrol-config` changes (requests
+/// already running keep the seats of the configuration they started under).
+pub struct Flow {
+    current: arc_swap::ArcSwap<FlowControl>,
+    settings: FlowControlSettings,
+    request_timeout: Duration,
+    metrics: FlowMetrics,
+}
+
+impl Flow {
+    /// The configuration `settings` describe: built in, with `--flowcontrol-config`'s objects
+    /// laid over it; every problem of the files otherwise.
     pub fn new(
         settings: &FlowControlSettings,
         request_timeout: Duration,
         metrics: FlowMetrics,
-    ) -> Self {
-        Self::with_config(
-            config::bootstrap_levels(),
-            config::bootstrap_schemas(),
-            settings,
-            (request_timeout / 4).min(MAX_WAIT),
+    ) -> Result<Self, Vec<String>> {
+        let control = Self::build(settings, request_timeout, &metrics)?;
+        Ok(Self {
+            current: arc_swap::ArcSwap::from_pointee(control),
+            settings: settings.clone(),
+            request_timeout,
             metrics,
-        )
+        })
     }
 
+    fn build(
+        settings: &FlowControlSettings,
+        request_timeout: Duration,
+        metrics: &FlowMetrics,
+    ) -> Result<FlowControl, Vec<String>> {
+        let mut levels = config::bootstrap_levels();
+        let mut schemas = config::bootstrap_schemas();
+        if let Some(path) = &settings.config {
+            let found = objects::load(path)?;
+            levels = objects::merge(levels, found.levels, |l| l.name.as_str());
+            schemas = objects::merge(schemas, found.schemas, |s| s.name.as_str());
+        }
+        Ok(FlowControl::with_config(
+            levels,
+            schemas,
+            settings,
+            (request_timeout / 4).min(MAX_WAIT),
+            metrics.clone(),
+        ))
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<FlowControl> {
+        self.current.load_full()
+    }
+}
+
+impl apigw_core::reload::Reload for Flow {
+    fn watched(&self) -> Vec<apigw_core::reload::Watched> {
+        self.settings
+            .config
+            .as_deref()
+            .map(|path| apigw_core::reload::Watched {
+                what: "flowcontrol config",
+                files: objects::files(path),
+            })
+            .into_iter()
+            .collect()
+    }
+
+    fn reload(&self, _: &str) -> Result<(), apigw_core::body::BoxError> {
+        let next = Self::build(&self.settings, self.request_timeout, &self.metrics)
+            .map_err(|problems| problems.join("; "))?;
+        self.current.store(Arc::new(next));
+        Ok(())
+    }
+}
+
+impl FlowControl {
     fn with_config(
         levels: Vec<PriorityLevel>,
         mut schemas: Vec<FlowSchema>,

@@ -94,6 +94,7 @@ impl Gateway {
             Route::Metrics => Ok(self.metrics_response()),
             Route::FlowDump { levels } => match &self.flow {
                 Some(flow) => {
+                    let flow = flow.current();
                     let text = if levels {
                         flow.dump_priority_levels()
                     } else {

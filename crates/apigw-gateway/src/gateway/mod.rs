@@ -49,7 +49,7 @@ pub struct Gateway {
     audit: Option<Arc<crate::audit::Auditor>>,
     limits: Arc<limits::Limits>,
     /// API Priority and Fairness; None when turned off.
-    flow: Option<crate::flowcontrol::FlowControl>,
+    flow: Option<Arc<crate::flowcontrol::Flow>>,
     apiservices: Arc<ApiServices>,
     discovery: discovery::Cache,
     openapi: Arc<discovery::openapi::OpenApi>,
@@ -139,13 +139,17 @@ impl Gateway {
             max_body: cfg.limits.max_request_body_bytes,
         })?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;
-        let flow = cfg.flowcontrol.enabled.then(|| {
-            crate::flowcontrol::FlowControl::new(
-                &cfg.flowcontrol,
-                cfg.limits.request_timeout,
-                metrics.flowcontrol.clone(),
-            )
-        });
+        let flow = match cfg.flowcontrol.enabled {
+            false => None,
+            true => Some(Arc::new(
+                crate::flowcontrol::Flow::new(
+                    &cfg.flowcontrol,
+                    cfg.limits.request_timeout,
+                    metrics.flowcontrol.clone(),
+                )
+                .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?,
+            )),
+        };
         let gateway = Arc::new(Self {
             registry,
             availability: Arc::default(),
@@ -440,8 +444,13 @@ impl Reload for Gateway {
 }
 
 impl Gateway {
-    fn concerns(&self) -> [&dyn Reload; 4] {
-        [&self.certs, &self.authn, &self.authz, &*self.proxy]
+    fn concerns(&self) -> Vec<&dyn Reload> {
+        let mut concerns: Vec<&dyn Reload> =
+            vec![&self.certs, &self.authn, &self.authz, &*self.proxy];
+        if let Some(flow) = &self.flow {
+            concerns.push(&**flow);
+        }
+        concerns
     }
 }
 

@@ -204,7 +204,9 @@ impl Gateway {
         // Long-running requests but watches bypass APF, as upstream's.
         let flow = match (&self.flow, info.kind) {
             (Some(flow), RequestKind::Short | RequestKind::Watch) => {
-                flow.admit(&identity, &info.attrs, apiservice).await
+                flow.current()
+                    .admit(&identity, &info.attrs, apiservice)
+                    .await
             }
             _ => None,
         };

@@ -821,3 +821,73 @@ async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
         2
     );
 }
+
+/// `--flowcontrol-config`: a FlowSchema applied as to a cluster puts the token user in a
+/// level of its own; the file changed, the user goes back to `global-default`; a bad file keeps
+/// the configuration in force.
+#[tokio::test]
+async fn a_flowschema_from_a_file_changes_the_classification_and_reloads() {
+    use apigw_core::reload::Reload;
+    let (dir, pki) = dev_pki();
+    let file = dir.path().join("flowcontrol.yaml");
+    let write = |user: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\n\
+                 metadata: {{name: tokens}}\nspec:\n  type: Limited\n  limited:\n    nominalConcurrencyShares: 10\n\
+                 \x20   limitResponse: {{type: Reject}}\n---\n\
+                 apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {{name: token-users}}\n\
+                 spec:\n  priorityLevelConfiguration: {{name: tokens}}\n  matchingPrecedence: 100\n  rules:\n\
+                 \x20 - subjects: [{{kind: User, user: {{name: {user}}}}}]\n\
+                 \x20   nonResourceRules: [{{verbs: [\"*\"], nonResourceURLs: [\"*\"]}}]\n"
+            ),
+        )
+        .expect("write")
+    };
+    write("dev-token-user");
+    let w = World::build(
+        dir,
+        pki,
+        &format!("flowcontrolConfig: {}\n", file.display()),
+    );
+    let level_of = |headers: &http::HeaderMap| {
+        headers[crate::flowcontrol::PRIORITY_LEVEL_UID]
+            .to_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let token = format!("Bearer {}", w.token());
+    let ask = || {
+        w.get("/apis")
+            .header(header::AUTHORIZATION, token.as_str())
+            .body(empty())
+            .unwrap()
+    };
+    let (code, headers, _) = w.send(ask()).await;
+    assert_eq!(code, StatusCode::OK);
+    let tokens = crate::flowcontrol::config::uid("prioritylevelconfiguration", "tokens");
+    assert_eq!(level_of(&headers), tokens);
+
+    let flow = w.gateway.flow.clone().expect("APF on");
+    write("someone-else");
+    flow.reload("flowcontrol config")
+        .expect("a good file reloads");
+    let (_, headers, _) = w.send(ask()).await;
+    let default = crate::flowcontrol::config::uid("prioritylevelconfiguration", "global-default");
+    assert_eq!(level_of(&headers), default);
+
+    std::fs::write(&file, "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: x}\nspec: {priorityLevelConfiguration: {name: nowhere}}\n").expect("write");
+    let err = flow.reload("flowcontrol config").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no PriorityLevelConfiguration \"nowhere\""),
+        "{err}"
+    );
+    let (_, headers, _) = w.send(ask()).await;
+    assert_eq!(
+        level_of(&headers),
+        default,
+        "the configuration in force stayed"
+    );
+}
