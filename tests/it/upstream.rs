@@ -1454,3 +1454,74 @@ fn the_doctor_checks_apigw_against_kube_apiservers_front_proxy_settings() {
     assert_eq!(status, "warning");
     assert!(fix.contains("--requestheader-uid-headers"), "{fix}");
 }
+
+/// The PF headers of `user`'s GET of `path` at `base`: (FlowSchema UID, PriorityLevel UID).
+fn pf_uids(cp: &ControlPlane, base: &str, user: &str, path: &str) -> (String, String) {
+    let ran = curl(
+        cp,
+        user,
+        &["-o", "/dev/null", "-D", "-", &format!("{base}{path}")],
+    );
+    let headers = ran.stdout().to_ascii_lowercase();
+    let find = |name: &str| {
+        headers
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    };
+    (
+        find("x-kubernetes-pf-flowschema-uid:"),
+        find("x-kubernetes-pf-prioritylevel-uid:"),
+    )
+}
+
+/// 31: in cluster mode apigw takes its APF configuration from the cluster's FlowSchemas and
+/// PriorityLevelConfigurations: the same request by the same user is classified into the same
+/// objects (the same UIDs in the PF headers) through kube-apiserver and through apigw, and a
+/// FlowSchema created with kubectl moves it in both.
+#[test]
+fn apf_classifies_as_kube_apiserver_from_the_clusters_flowschemas() {
+    let cp = ControlPlane::start(&["-sample=false", "-register=false"]);
+    let gw = Apigw::start(&cp, &cp.cluster_mode());
+    let kube = cp.state.apiserver.clone();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let through_kube = pf_uids(&cp, &kube, "alice", path);
+    assert!(
+        !through_kube.0.is_empty(),
+        "kube-apiserver sent no PF headers"
+    );
+    // apigw reads the objects once its watch has listed them.
+    assert!(
+        wait_for(30, || pf_uids(&cp, &gw.url, "alice", path) == through_kube),
+        "apigw classified alice's request into other objects than kube-apiserver: {:?} vs {through_kube:?}",
+        pf_uids(&cp, &gw.url, "alice", path)
+    );
+    let admin_kube = pf_uids(&cp, &kube, "admin", path);
+    assert_eq!(
+        pf_uids(&cp, &gw.url, "admin", path),
+        admin_kube,
+        "system:masters: exempt in both"
+    );
+
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\n\
+         metadata: {name: alice-level}\nspec:\n  type: Limited\n  limited:\n    nominalConcurrencyShares: 10\n\
+         \x20   limitResponse: {type: Reject}\n---\n\
+         apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: alice-first}\n\
+         spec:\n  priorityLevelConfiguration: {name: alice-level}\n  matchingPrecedence: 50\n\
+         \x20 distinguisherMethod: {type: ByUser}\n  rules:\n\
+         \x20 - subjects: [{kind: User, user: {name: alice}}]\n\
+         \x20   resourceRules: [{verbs: [\"*\"], apiGroups: [\"*\"], resources: [\"*\"], namespaces: [\"*\"], clusterScope: true}]\n",
+    )
+    .ok();
+    assert!(
+        wait_for(30, || {
+            let k = pf_uids(&cp, &kube, "alice", path);
+            k != through_kube && pf_uids(&cp, &gw.url, "alice", path) == k
+        }),
+        "after the new FlowSchema: kube-apiserver {:?}, apigw {:?}",
+        pf_uids(&cp, &kube, "alice", path),
+        pf_uids(&cp, &gw.url, "alice", path)
+    );
+}

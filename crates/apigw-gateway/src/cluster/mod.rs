@@ -13,6 +13,7 @@
 
 pub mod apiservices;
 pub mod client;
+pub mod flowcontrol;
 pub mod lease;
 pub mod services;
 mod settings;

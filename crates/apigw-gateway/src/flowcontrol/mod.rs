@@ -223,6 +223,42 @@ impl Flow {
     pub fn current(&self) -> Arc<FlowControl> {
         self.current.load_full()
     }
+
+    /// Puts the cluster's objects (`items`, as JSON) in force: they replace the built-in
+    /// configuration, but for the mandatory `exempt` and `catch-all` objects where the
+    /// cluster lacks them, as upstream's controller imagines them.
+    pub fn set_cluster(&self, items: Vec<serde_json::Value>) -> Result<(), Vec<String>> {
+        let found = objects::parse_items(items)?;
+        let mandatory = |name: &str| name == config::EXEMPT || name == config::CATCH_ALL;
+        let levels: Vec<PriorityLevel> = config::bootstrap_levels()
+            .into_iter()
+            .filter(|l| mandatory(&l.name))
+            .collect();
+        let schemas: Vec<FlowSchema> = config::bootstrap_schemas()
+            .into_iter()
+            .filter(|s| mandatory(&s.name))
+            .collect();
+        let levels = objects::merge(levels, found.levels, |l| l.name.as_str());
+        let schemas = objects::merge(schemas, found.schemas, |s| s.name.as_str());
+        if let Some(s) = schemas
+            .iter()
+            .find(|s| !levels.iter().any(|l| l.name == s.level))
+        {
+            return Err(vec![format!(
+                "FlowSchema {}: no PriorityLevelConfiguration {:?}",
+                s.name, s.level
+            )]);
+        }
+        let control = FlowControl::with_config(
+            levels,
+            schemas,
+            &self.settings,
+            (self.request_timeout / 4).min(MAX_WAIT),
+            self.metrics.clone(),
+        );
+        self.current.store(Arc::new(control));
+        Ok(())
+    }
 }
 
 impl apigw_core::reload::Reload for Flow {

@@ -88,6 +88,11 @@ pub fn parse(text: &str) -> Result<Objects, Vec<String>> {
             _ => items.push(doc),
         }
     }
+    parse_items(items)
+}
+
+/// The objects of `items` (each a FlowSchema or a PriorityLevelConfiguration, as JSON).
+pub fn parse_items(items: Vec<Value>) -> Result<Objects, Vec<String>> {
     let mut out = Objects::default();
     let mut problems = Vec::new();
     for item in items {

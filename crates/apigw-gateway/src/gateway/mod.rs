@@ -397,6 +397,9 @@ async fn start_cluster(
             client.clone(),
             tokenreview::TokenReviewSettings::default(),
         )));
+    if let Some(flow) = &gateway.flow {
+        cluster::flowcontrol::spawn(client.clone(), flow.clone());
+    }
     if gateway.authz.webhook() {
         gateway
             .authz
