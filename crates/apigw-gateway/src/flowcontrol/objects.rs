@@ -182,11 +182,14 @@ struct Queuing {
 
 fn level(name: &str, spec: &Value) -> Result<LevelKind, String> {
     let spec: LevelSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
+    // `exempt`'s fields (its shares and lendable percent) only matter to borrowing, which
+    // apigw does not do; they are read so that objects setting them load.
     let _ = &spec.exempt;
     match spec.kind.as_str() {
         "Exempt" => Ok(LevelKind::Exempt),
         "Limited" => {
             let limited = spec.limited.ok_or("spec.limited: Required value")?;
+            // Only borrowing reads these (not done here); read so that objects setting them load.
             let _ = (limited.lendable_percent, limited.borrowing_limit_percent);
             let shares = limited.nominal_concurrency_shares.unwrap_or(30);
             if shares == 0 && name != super::config::EXEMPT {
