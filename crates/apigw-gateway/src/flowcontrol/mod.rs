@@ -228,7 +228,7 @@ impl Flow {
     /// configuration, but for the mandatory `exempt` and `catch-all` objects where the
     /// cluster lacks them, as upstream's controller imagines them.
     pub fn set_cluster(&self, items: Vec<serde_json::Value>) -> Result<(), Vec<String>> {
-        let found = objects::parse_items(items)?;
+        let found = objects::parse_items(items, true)?;
         let mandatory = |name: &str| name == config::EXEMPT || name == config::CATCH_ALL;
         let levels: Vec<PriorityLevel> = config::bootstrap_levels()
             .into_iter()

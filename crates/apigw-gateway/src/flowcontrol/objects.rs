@@ -88,11 +88,13 @@ pub fn parse(text: &str) -> Result<Objects, Vec<String>> {
             _ => items.push(doc),
         }
     }
-    parse_items(items)
+    parse_items(items, false)
 }
 
 /// The objects of `items` (each a FlowSchema or a PriorityLevelConfiguration, as JSON).
-pub fn parse_items(items: Vec<Value>) -> Result<Objects, Vec<String>> {
+/// `mandatory`: `exempt` and `catch-all` may be among them (a cluster's, which
+/// kube-apiserver maintains); a file may not change them.
+pub fn parse_items(items: Vec<Value>, mandatory: bool) -> Result<Objects, Vec<String>> {
     let mut out = Objects::default();
     let mut problems = Vec::new();
     for item in items {
@@ -107,6 +109,13 @@ pub fn parse_items(items: Vec<Value>) -> Result<Objects, Vec<String>> {
         }
         if name.is_empty() {
             problems.push(format!("{what}: metadata.name: Required value"));
+            continue;
+        }
+        // The mandatory objects are kube-apiserver's to keep: it overwrites any change to them.
+        if !mandatory && (name == super::config::EXEMPT || name == super::config::CATCH_ALL) {
+            problems.push(format!(
+                "{what}: metadata.name: {name:?} is a mandatory object, kept as kube-apiserver defines it"
+            ));
             continue;
         }
         let uid = item["metadata"]["uid"]
@@ -449,6 +458,16 @@ spec:
         assert_eq!(s.uid, "11111111-2222-3333-4444-555555555555");
         assert_eq!(s.distinguisher, Some(Distinguisher::ByNamespace));
         assert_eq!(s.rules[0].subjects.len(), 2);
+    }
+
+    #[test]
+    fn the_mandatory_objects_are_not_replaced_by_a_file() {
+        let problems = parse(
+            "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: exempt}\n\
+             spec: {priorityLevelConfiguration: {name: global-default}}\n",
+        )
+        .unwrap_err();
+        assert!(problems[0].contains("mandatory object"), "{problems:?}");
     }
 
     #[test]
