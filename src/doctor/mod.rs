@@ -232,7 +232,7 @@ fn load_services(dir: &Path, names: &[String]) -> (Vec<Entry>, Vec<Step>) {
     let mut invalid: BTreeMap<String, Vec<Step>> = BTreeMap::new();
     let mut global = Vec::new();
     let mut seen = Vec::new();
-    for file in manifest_files(dir) {
+    for file in apigw_gateway::registry::manifest_files(dir).unwrap_or_default() {
         let shown = file.display().to_string();
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
@@ -316,18 +316,4 @@ fn problem_step(message: &str, place: &str) -> Step {
         message,
         format!("correct {place}; until then the gateway keeps the last valid set"),
     )
-}
-
-/// The manifest files `load_dir` reads: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted.
-fn manifest_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    files.retain(|p| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        !name.starts_with('.') && matches!(ext, "yaml" | "yml" | "json") && p.is_file()
-    });
-    files.sort();
-    files
 }

@@ -21,21 +21,13 @@ pub struct Objects {
     pub schemas: Vec<FlowSchema>,
 }
 
-/// The files `path` names: itself, or a directory's manifests, sorted.
+/// The files `path` names: itself, or a directory's manifest files.
 pub fn files(path: &Path) -> Vec<PathBuf> {
-    if !path.is_dir() {
-        return vec![path.to_path_buf()];
+    if path.is_dir() {
+        crate::registry::manifest_files(path).unwrap_or_default()
+    } else {
+        vec![path.to_path_buf()]
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    files.retain(|p| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        !name.starts_with('.') && matches!(ext, "yaml" | "yml" | "json") && p.is_file()
-    });
-    files.sort();
-    files
 }
 
 /// Reads every object of `path`; every problem, each naming its file and object.

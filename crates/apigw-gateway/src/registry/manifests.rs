@@ -51,10 +51,20 @@ fn is_manifest(path: &Path) -> bool {
 /// within seconds. A deleted file is not held: its APIServices go at once.
 pub const EMPTIED_FILE_SETTLE: Duration = Duration::from_secs(2);
 
-/// The manifest files in `dir` (`*.yaml`, `*.yml`, `*.json`, not hidden), sorted, each with its
-/// text or the error reading it.
+/// The manifest files in `dir`: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted. What the
+/// registry, the doctor and the flow-control configuration read from a directory.
+pub fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_manifest(p) && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The [`manifest_files`] of `dir`, each with its text or the error reading it.
 fn read_files(dir: &Path) -> Result<Vec<(PathBuf, std::io::Result<String>)>, Vec<ManifestError>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
+    let files = manifest_files(dir).map_err(|e| {
         vec![ManifestError {
             file: dir.display().to_string(),
             object: None,
@@ -62,11 +72,6 @@ fn read_files(dir: &Path) -> Result<Vec<(PathBuf, std::io::Result<String>)>, Vec
             message: e.to_string(),
         }]
     })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_manifest(p) && p.is_file())
-        .collect();
-    files.sort();
     Ok(files
         .into_iter()
         .map(|path| {

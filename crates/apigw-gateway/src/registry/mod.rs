@@ -7,7 +7,7 @@ mod apiservice;
 mod manifests;
 
 pub use apiservice::{dns1123_subdomain, ApiService, FieldError, InvalidName, ServiceRef};
-pub use manifests::{load_dir, parse_manifest, watch_dir, ManifestError};
+pub use manifests::{load_dir, manifest_files, parse_manifest, watch_dir, ManifestError};
 
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
