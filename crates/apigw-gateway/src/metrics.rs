@@ -68,13 +68,13 @@ pub struct Metrics {
 }
 
 // The names and labels below are constants; registering them cannot fail.
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+pub(crate) fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(m.clone())).expect("unique metric");
     m
 }
 
-fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+pub(crate) fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(m.clone())).expect("unique metric");
     m

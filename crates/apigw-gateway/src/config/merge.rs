@@ -617,7 +617,7 @@ fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags, cx: &mut Cx) -> FlowControlS
         let at = cx.origin.name("flowcontrol-config", in_file);
         if !path.exists() {
             cx.later(at, format!("{}: no such file or directory", path.display()));
-        } else if let Err(problems) = crate::flowcontrol::objects::load(path) {
+        } else if let Err(problems) = crate::flowcontrol::file_configuration(path) {
             for problem in problems {
                 cx.later(at.clone(), problem);
             }

@@ -20,7 +20,7 @@ use crate::authz::Attributes;
 use apigw_core::errors::Status;
 use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 use queueset::{Mode, QueueSet, Reason, Seat, Start};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -177,9 +177,23 @@ pub struct Rejected {
 pub struct Flow {
     current: arc_swap::ArcSwap<FlowControl>,
     settings: FlowControlSettings,
-    request_timeout: Duration,
+    /// How long a request may wait in a queue: a quarter of the request timeout, at most 1 min.
+    wait_limit: Duration,
     metrics: FlowMetrics,
 }
+
+/// The configuration `--flowcontrol-config` at `path` makes: its objects laid over the
+/// built-in ones; every problem otherwise (`check` reports them, `serve` refuses them).
+pub fn file_configuration(path: &std::path::Path) -> Result<Configuration, Vec<String>> {
+    objects::compose(
+        config::bootstrap_levels(),
+        config::bootstrap_schemas(),
+        objects::load(path)?,
+    )
+}
+
+/// Priority levels and flow schemas.
+pub type Configuration = (Vec<PriorityLevel>, Vec<FlowSchema>);
 
 impl Flow {
     /// The configuration `settings` describe: built in, with `--flowcontrol-config`'s objects
@@ -189,34 +203,35 @@ impl Flow {
         request_timeout: Duration,
         metrics: FlowMetrics,
     ) -> Result<Self, Vec<String>> {
-        let control = Self::build(settings, request_timeout, &metrics)?;
+        let (levels, schemas) = Self::configuration(settings)?;
+        let wait_limit = (request_timeout / 4).min(MAX_WAIT);
+        let control =
+            FlowControl::with_config(levels, schemas, settings, wait_limit, metrics.clone());
         Ok(Self {
             current: arc_swap::ArcSwap::from_pointee(control),
             settings: settings.clone(),
-            request_timeout,
+            wait_limit,
             metrics,
         })
     }
 
-    fn build(
-        settings: &FlowControlSettings,
-        request_timeout: Duration,
-        metrics: &FlowMetrics,
-    ) -> Result<FlowControl, Vec<String>> {
-        let mut levels = config::bootstrap_levels();
-        let mut schemas = config::bootstrap_schemas();
-        if let Some(path) = &settings.config {
-            let found = objects::load(path)?;
-            levels = objects::merge(levels, found.levels, |l| l.name.as_str());
-            schemas = objects::merge(schemas, found.schemas, |s| s.name.as_str());
+    /// The configuration of `settings`: the file's over the built-in, or the built-in.
+    fn configuration(settings: &FlowControlSettings) -> Result<Configuration, Vec<String>> {
+        match &settings.config {
+            Some(path) => file_configuration(path),
+            None => Ok((config::bootstrap_levels(), config::bootstrap_schemas())),
         }
-        Ok(FlowControl::with_config(
+    }
+
+    /// Puts `configuration` in force.
+    fn install(&self, (levels, schemas): Configuration) {
+        self.current.store(Arc::new(FlowControl::with_config(
             levels,
             schemas,
-            settings,
-            (request_timeout / 4).min(MAX_WAIT),
-            metrics.clone(),
-        ))
+            &self.settings,
+            self.wait_limit,
+            self.metrics.clone(),
+        )));
     }
 
     /// The configuration in force.
@@ -230,33 +245,15 @@ impl Flow {
     pub fn set_cluster(&self, items: Vec<serde_json::Value>) -> Result<(), Vec<String>> {
         let found = objects::parse_items(items, true)?;
         let mandatory = |name: &str| name == config::EXEMPT || name == config::CATCH_ALL;
-        let levels: Vec<PriorityLevel> = config::bootstrap_levels()
+        let levels = config::bootstrap_levels()
             .into_iter()
             .filter(|l| mandatory(&l.name))
             .collect();
-        let schemas: Vec<FlowSchema> = config::bootstrap_schemas()
+        let schemas = config::bootstrap_schemas()
             .into_iter()
             .filter(|s| mandatory(&s.name))
             .collect();
-        let levels = objects::merge(levels, found.levels, |l| l.name.as_str());
-        let schemas = objects::merge(schemas, found.schemas, |s| s.name.as_str());
-        if let Some(s) = schemas
-            .iter()
-            .find(|s| !levels.iter().any(|l| l.name == s.level))
-        {
-            return Err(vec![format!(
-                "FlowSchema {}: no PriorityLevelConfiguration {:?}",
-                s.name, s.level
-            )]);
-        }
-        let control = FlowControl::with_config(
-            levels,
-            schemas,
-            &self.settings,
-            (self.request_timeout / 4).min(MAX_WAIT),
-            self.metrics.clone(),
-        );
-        self.current.store(Arc::new(control));
+        self.install(objects::compose(levels, schemas, found)?);
         Ok(())
     }
 }
@@ -275,9 +272,8 @@ impl apigw_core::reload::Reload for Flow {
     }
 
     fn reload(&self, _: &str) -> Result<(), apigw_core::body::BoxError> {
-        let next = Self::build(&self.settings, self.request_timeout, &self.metrics)
-            .map_err(|problems| problems.join("; "))?;
-        self.current.store(Arc::new(next));
+        let next = Self::configuration(&self.settings).map_err(|problems| problems.join("; "))?;
+        self.install(next);
         Ok(())
     }
 }
@@ -682,16 +678,8 @@ pub struct FlowMetrics {
 impl FlowMetrics {
     /// Registers them in `r`. The names and labels are constants: registering cannot fail.
     pub fn register(r: &Registry) -> Self {
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-            r.register(Box::new(m.clone())).expect("unique metric");
-            m
-        };
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-            r.register(Box::new(m.clone())).expect("unique metric");
-            m
-        };
+        let counter = |name, help, labels: &[&str]| crate::metrics::counter(r, name, help, labels);
+        let gauge = |name, help, labels: &[&str]| crate::metrics::gauge(r, name, help, labels);
         let pf = ["priority_level", "flow_schema"];
         let wait = HistogramVec::new(
             HistogramOpts::new(

@@ -51,18 +51,6 @@ pub fn load(path: &Path) -> Result<Objects, Vec<String>> {
             Err(found) => problems.extend(found.into_iter().map(|p| format!("{shown}: {p}"))),
         }
     }
-    for s in &out.schemas {
-        if !out.levels.iter().any(|l| l.name == s.level)
-            && !super::config::bootstrap_levels()
-                .iter()
-                .any(|l| l.name == s.level)
-        {
-            problems.push(format!(
-                "FlowSchema {}: spec.priorityLevelConfiguration.name: no PriorityLevelConfiguration {:?}",
-                s.name, s.level
-            ));
-        }
-    }
     if problems.is_empty() {
         Ok(out)
     } else {
@@ -379,6 +367,32 @@ fn schema(name: &str, spec: &Value) -> Result<FlowSchema, String> {
         distinguisher,
         rules,
     })
+}
+
+/// `found` laid over `levels` and `schemas` by name; every FlowSchema whose priority level is
+/// then missing is a problem.
+pub fn compose(
+    levels: Vec<PriorityLevel>,
+    schemas: Vec<FlowSchema>,
+    found: Objects,
+) -> Result<(Vec<PriorityLevel>, Vec<FlowSchema>), Vec<String>> {
+    let levels = merge(levels, found.levels, |l| l.name.as_str());
+    let schemas = merge(schemas, found.schemas, |s| s.name.as_str());
+    let dangling: Vec<String> = schemas
+        .iter()
+        .filter(|s| !levels.iter().any(|l| l.name == s.level))
+        .map(|s| {
+            format!(
+                "FlowSchema {}: spec.priorityLevelConfiguration.name: no PriorityLevelConfiguration {:?}",
+                s.name, s.level
+            )
+        })
+        .collect();
+    if dangling.is_empty() {
+        Ok((levels, schemas))
+    } else {
+        Err(dangling)
+    }
 }
 
 /// `overlay` over `base`, by name: a replaced object keeps its place, a new one is added.
