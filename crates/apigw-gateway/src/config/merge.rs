@@ -196,8 +196,8 @@ pub(super) fn merge(
     );
     let authz = authz(&flags.authz, file.authz, cluster.is_some(), &mut cx);
     let availability = availability(&flags.availability, file.availability, &mut cx);
-    let flowcontrol = flowcontrol(&flags.limits, &file.limits, &mut cx);
-    let limits = limits(&flags.limits, file.limits, &mut cx);
+    let limits = limits(&flags.limits, file.limits.clone(), &mut cx);
+    let flowcontrol = flowcontrol(&flags.limits, &file.limits, limits.max_inflight, &mut cx);
     let server = server(&flags.server, file.server, listen, &mut cx);
     let (log, metrics_listen) = log(&flags.log, file.log, &mut cx);
     let audit = audit(&flags.audit, file.audit, &mut cx);
@@ -588,8 +588,14 @@ fn availability(
     settings
 }
 
-/// API Priority and Fairness: on unless turned off; its seats are the two in-flight limits.
-fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags, cx: &mut Cx) -> FlowControlSettings {
+/// API Priority and Fairness: on unless turned off; its seats are the two in-flight limits,
+/// `read_only` being `--max-requests-inflight` as the limits resolved it.
+fn flowcontrol(
+    f: &LimitsFlags,
+    file: &LimitsFlags,
+    read_only: usize,
+    cx: &mut Cx,
+) -> FlowControlSettings {
     let d = FlowControlSettings::default();
     const PERCENT: &str = "max-apiservice-seats-percent";
     let percent = match given(
@@ -604,10 +610,6 @@ fn flowcontrol(f: &LimitsFlags, file: &LimitsFlags, cx: &mut Cx) -> FlowControlS
             d.apiservice_percent
         }
     };
-    let read_only = f
-        .max_requests_inflight
-        .or(file.max_requests_inflight)
-        .unwrap_or(LimitsSettings::default().max_inflight);
     let mutating = f
         .max_mutating_requests_inflight
         .or(file.max_mutating_requests_inflight)
