@@ -357,20 +357,29 @@ async fn a_request_past_its_deadline_is_a_504() {
     assert_eq!(doc["reason"], "Timeout");
 }
 
-/// A TLS backend (the dev PKI's wardle certificate) that answers every request with the
-/// request's headers as a JSON object of lists.
-async fn echo_backend(pki: &std::path::Path) -> std::net::SocketAddr {
+/// A loopback listener for a test backend serving the dev PKI's wardle certificate, with the
+/// ALPN protocols `alpn`.
+async fn backend_listener(
+    pki: &std::path::Path,
+    alpn: &[&[u8]],
+) -> (tokio::net::TcpListener, tokio_rustls::TlsAcceptor) {
     let certs = apigw_core::tls::load_certs(&pki.join("wardle.crt")).expect("backend cert");
     let key = apigw_core::tls::load_key(&pki.join("wardle.key")).expect("backend key");
     let mut tls = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .expect("backend TLS");
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
+    (listener, tokio_rustls::TlsAcceptor::from(Arc::new(tls)))
+}
+
+/// A TLS backend (the dev PKI's wardle certificate) that answers every request with the
+/// request's headers as a JSON object of lists.
+async fn echo_backend(pki: &std::path::Path) -> std::net::SocketAddr {
+    let (listener, acceptor) = backend_listener(pki, &[b"h2", b"http/1.1"]).await;
     let addr = listener.local_addr().expect("address");
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -703,16 +712,7 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
 
 /// A TLS backend (the dev PKI's wardle certificate) that takes requests and never answers.
 async fn stalled_backend(pki: &std::path::Path) -> std::net::SocketAddr {
-    let certs = apigw_core::tls::load_certs(&pki.join("wardle.crt")).expect("backend cert");
-    let key = apigw_core::tls::load_key(&pki.join("wardle.key")).expect("backend key");
-    let tls = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("backend TLS");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let (listener, acceptor) = backend_listener(pki, &[]).await;
     let addr = listener.local_addr().expect("address");
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
