@@ -1475,6 +1475,26 @@ fn pf_uids(cp: &ControlPlane, base: &str, user: &str, path: &str) -> (String, St
     )
 }
 
+/// The seat limits a server exports on `/metrics`, per metric and priority level: nominal,
+/// lower and upper bounds, and the limit borrowing set. The exempt level's limit is left out:
+/// it is the peak of the level's demand, and kube-apiserver's own loopback requests are exempt.
+fn seat_limits(cp: &ControlPlane, base: &str) -> std::collections::BTreeMap<String, f64> {
+    let ran = curl(cp, "admin", &[&format!("{base}/metrics")]);
+    ran.stdout()
+        .lines()
+        .filter(|l| {
+            ["nominal", "lower", "upper", "current"]
+                .iter()
+                .any(|m| l.starts_with(&format!("apiserver_flowcontrol_{m}_limit_seats{{")))
+        })
+        .filter(|l| !l.contains("current_limit_seats{priority_level=\"exempt\"}"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// 31: in cluster mode apigw takes its APF configuration from the cluster's FlowSchemas and
 /// PriorityLevelConfigurations: the same request by the same user is classified into the same
 /// objects (the same UIDs in the PF headers) through kube-apiserver and through apigw, and a
@@ -1502,6 +1522,18 @@ fn apf_classifies_as_kube_apiserver_from_the_clusters_flowschemas() {
         admin_kube,
         "system:masters: exempt in both"
     );
+    // The same seats: each level's nominal share, what it may lend and borrow, and, idle,
+    // the limit borrowing gives it.
+    let limits = seat_limits(&cp, &kube);
+    assert!(
+        limits.len() >= 4 * 7,
+        "kube-apiserver's seat metrics: {limits:?}"
+    );
+    assert_eq!(
+        seat_limits(&cp, &gw.url),
+        limits,
+        "apigw's seats against kube-apiserver's"
+    );
 
     cp.kubectl_in(
         &["apply", "-f", "-"],
@@ -1523,5 +1555,15 @@ fn apf_classifies_as_kube_apiserver_from_the_clusters_flowschemas() {
         "after the new FlowSchema: kube-apiserver {:?}, apigw {:?}",
         pf_uids(&cp, &kube, "alice", path),
         pf_uids(&cp, &gw.url, "alice", path)
+    );
+    // A new level takes its share from the others in both.
+    assert!(
+        wait_for(30, || {
+            let k = seat_limits(&cp, &kube);
+            k.keys().any(|s| s.contains("alice-level")) && seat_limits(&cp, &gw.url) == k
+        }),
+        "seats after the new level: kube-apiserver {:?}, apigw {:?}",
+        seat_limits(&cp, &kube),
+        seat_limits(&cp, &gw.url)
     );
 }

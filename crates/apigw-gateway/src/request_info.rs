@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct RequestInfo {
     /// The authorization attributes of its method and path (verb, group, resource, ...).
-    pub attrs: Attributes,
+    /// Shared with APF's request dump.
+    pub attrs: std::sync::Arc<Attributes>,
     pub kind: RequestKind,
     /// The client's address, appended to `X-Forwarded-For`.
     pub client: SocketAddr,
@@ -46,7 +47,7 @@ impl RequestInfo {
             .then(|| start.checked_add(timeout))
             .flatten();
         Self {
-            attrs,
+            attrs: std::sync::Arc::new(attrs),
             kind,
             client,
             host,

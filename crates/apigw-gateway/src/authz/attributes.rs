@@ -166,7 +166,7 @@ fn exact_name(selector: &str) -> Option<String> {
 
 /// The first value of `key` in `query`, decoded as Go's `url.ParseQuery` decodes it (`+` is
 /// a space); None when absent or not UTF-8 once decoded.
-fn query_value(query: Option<&str>, key: &str) -> Option<String> {
+pub fn query_value(query: Option<&str>, key: &str) -> Option<String> {
     let value = query?
         .split('&')
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?;

@@ -20,7 +20,7 @@ mod settings;
 pub mod webhook;
 pub use settings::{AuthzSettings, LinkSettings};
 
-pub use attributes::{segments, Attributes};
+pub use attributes::{query_value, segments, Attributes};
 pub use rbac::PolicyError;
 
 use crate::authn::{BoxFuture, Identity};

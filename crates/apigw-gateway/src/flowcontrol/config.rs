@@ -9,18 +9,37 @@
 pub struct PriorityLevel {
     pub name: String,
     pub uid: String,
+    pub seats: Seats,
     pub kind: LevelKind,
+}
+
+/// A level's share of the seats, and what of it it lends and borrows ([`super::borrowing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seats {
+    /// `nominalConcurrencyShares`.
+    pub shares: u32,
+    /// `lendablePercent`: the part of its nominal seats others may borrow while it is idle.
+    pub lendable_percent: u32,
+    /// `borrowingLimitPercent`: how much beyond its nominal seats it may borrow; None: no limit.
+    pub borrowing_limit_percent: Option<u32>,
+}
+
+impl Seats {
+    /// A limited level's, as upstream defaults them: nothing lent, no borrowing limit.
+    pub const fn shares(shares: u32) -> Self {
+        Self {
+            shares,
+            lendable_percent: 0,
+            borrowing_limit_percent: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LevelKind {
     /// Never limited, never queued.
     Exempt,
-    Limited {
-        /// `nominalConcurrencyShares`.
-        shares: u32,
-        limit: LimitResponse,
-    },
+    Limited(LimitResponse),
 }
 
 /// What a full limited level does with a new request.
@@ -120,43 +139,38 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-fn level(name: &str, kind: LevelKind) -> PriorityLevel {
+fn level(name: &str, shares: u32, lendable_percent: u32, kind: LevelKind) -> PriorityLevel {
     PriorityLevel {
         name: name.into(),
         uid: uid("prioritylevelconfiguration", name),
+        seats: Seats {
+            lendable_percent,
+            ..Seats::shares(shares)
+        },
         kind,
     }
 }
 
-fn queued(shares: u32, queues: usize, hand_size: usize) -> LevelKind {
-    LevelKind::Limited {
-        shares,
-        limit: LimitResponse::Queue {
-            queues,
-            hand_size,
-            queue_length_limit: 50,
-        },
-    }
+fn queued(queues: usize, hand_size: usize) -> LevelKind {
+    LevelKind::Limited(LimitResponse::Queue {
+        queues,
+        hand_size,
+        queue_length_limit: 50,
+    })
 }
 
 /// The priority levels of a fresh kube-apiserver: mandatory `exempt` and `catch-all`, and the
 /// suggested ones.
 pub fn bootstrap_levels() -> Vec<PriorityLevel> {
     vec![
-        level(EXEMPT, LevelKind::Exempt),
-        level(
-            CATCH_ALL,
-            LevelKind::Limited {
-                shares: 5,
-                limit: LimitResponse::Reject,
-            },
-        ),
-        level("system", queued(30, 64, 6)),
-        level("node-high", queued(40, 64, 6)),
-        level("leader-election", queued(10, 16, 4)),
-        level("workload-high", queued(40, 128, 6)),
-        level("workload-low", queued(100, 128, 6)),
-        level("global-default", queued(20, 128, 6)),
+        level(EXEMPT, 0, 0, LevelKind::Exempt),
+        level(CATCH_ALL, 5, 0, LevelKind::Limited(LimitResponse::Reject)),
+        level("system", 30, 33, queued(64, 6)),
+        level("node-high", 40, 25, queued(64, 6)),
+        level("leader-election", 10, 0, queued(16, 4)),
+        level("workload-high", 40, 50, queued(128, 6)),
+        level("workload-low", 100, 90, queued(128, 6)),
+        level("global-default", 20, 50, queued(128, 6)),
     ]
 }
 
@@ -355,13 +369,7 @@ mod tests {
     #[test]
     fn the_bootstrap_set_is_upstreams() {
         let levels = bootstrap_levels();
-        let shares: u32 = levels
-            .iter()
-            .map(|l| match l.kind {
-                LevelKind::Limited { shares, .. } => shares,
-                LevelKind::Exempt => 0,
-            })
-            .sum();
+        let shares: u32 = levels.iter().map(|l| l.seats.shares).sum();
         assert_eq!(shares, 245);
         let schemas = bootstrap_schemas();
         assert_eq!(schemas.len(), 11);

@@ -6,10 +6,14 @@
 //! others. A full level answers 429 with `Retry-After`; every classified answer carries
 //! `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`. Watches hold
 //! their seat until established; other long-running requests bypass APF, as upstream's.
-//! The configuration is upstream's mandatory and suggested set ([`config`]). Beyond upstream,
+//! Every 10 s the levels lend the seats they do not need to those that need more
+//! ([`borrowing`]). The configuration is upstream's mandatory and suggested set ([`config`]).
+//! Every request takes one seat: upstream's estimate for an aggregated API's requests, whose
+//! object counts and watchers it does not know, and neither does apigw. Beyond upstream,
 //! one APIService's requests may hold only a share of each level's seats, so a backend that
 //! stops answering cannot take the seats the other backends' requests need.
 
+pub mod borrowing;
 pub mod classify;
 pub mod config;
 pub mod objects;
@@ -21,10 +25,10 @@ use apigw_core::errors::Status;
 use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
-use queueset::{Mode, QueueSet, Reason, Seat, Start};
+use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
 pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
@@ -63,8 +67,10 @@ impl Default for FlowControlSettings {
 pub struct Level {
     pub config: PriorityLevel,
     uid: HeaderValue,
-    /// Seats: ceil(total × shares / Σ shares).
-    pub nominal: usize,
+    /// Its nominal seats, ceil(total × shares / Σ shares), and what it may lend and borrow.
+    pub bounds: borrowing::Bounds,
+    /// Its smoothed seat demand, for borrowing.
+    smoothed: Mutex<f64>,
     set: Arc<QueueSet>,
     retry_after: Mutex<RetryAfter>,
     /// The seats one APIService's requests may hold; None for the exempt level.
@@ -234,6 +240,21 @@ impl Flow {
         )));
     }
 
+    /// Ends a borrowing period every [`borrowing::PERIOD`], in the configuration in force.
+    pub fn spawn_borrowing(self: &Arc<Self>) {
+        let flow = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now() + borrowing::PERIOD;
+            let mut ticks = tokio::time::interval_at(start, borrowing::PERIOD);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(flow) = flow.upgrade() else { return };
+                flow.current().adjust();
+            }
+        });
+    }
+
     /// The configuration in force.
     pub fn current(&self) -> Arc<FlowControl> {
         self.current.load_full()
@@ -287,40 +308,27 @@ impl FlowControl {
         metrics: FlowMetrics,
     ) -> Self {
         let total = settings.total_seats;
-        let share_sum: u64 = levels
-            .iter()
-            .map(|l| match l.kind {
-                LevelKind::Limited { shares, .. } => u64::from(shares),
-                LevelKind::Exempt => 0,
-            })
-            .sum();
+        let share_sum: u64 = levels.iter().map(|l| u64::from(l.seats.shares)).sum();
         let levels: HashMap<String, Arc<Level>> = levels
             .into_iter()
             .map(|config| {
-                let (mode, nominal) = match &config.kind {
-                    LevelKind::Exempt => (Mode::Exempt, 0),
-                    LevelKind::Limited { shares, limit } => {
-                        let nominal =
-                            (total as u64 * u64::from(*shares)).div_ceil(share_sum.max(1)) as usize;
-                        let mode = match limit {
-                            LimitResponse::Reject => Mode::Reject,
-                            LimitResponse::Queue {
-                                queues,
-                                hand_size,
-                                queue_length_limit,
-                            } => Mode::Queue {
-                                queues: (*queues).max(1),
-                                hand_size: (*hand_size).clamp(1, (*queues).max(1)),
-                                queue_length_limit: *queue_length_limit,
-                            },
-                        };
-                        (mode, nominal)
-                    }
+                let mode = match &config.kind {
+                    LevelKind::Exempt => Mode::Exempt,
+                    LevelKind::Limited(LimitResponse::Reject) => Mode::Reject,
+                    LevelKind::Limited(LimitResponse::Queue {
+                        queues,
+                        hand_size,
+                        queue_length_limit,
+                    }) => Mode::Queue {
+                        queues: (*queues).max(1),
+                        hand_size: (*hand_size).clamp(1, (*queues).max(1)),
+                        queue_length_limit: *queue_length_limit,
+                    },
                 };
-                metrics
-                    .nominal
-                    .with_label_values(&[&config.name])
-                    .set(nominal as i64);
+                let exempt = matches!(mode, Mode::Exempt);
+                let bounds = borrowing::Bounds::new(total, share_sum, &config.seats, exempt);
+                metrics.bounds(&config.name, &bounds);
+                let nominal = bounds.nominal;
                 let apiservice_cap = match mode {
                     Mode::Exempt => None,
                     _ if settings.apiservice_percent >= 100 => None,
@@ -328,7 +336,8 @@ impl FlowControl {
                 };
                 let level = Level {
                     uid: header(&config.uid),
-                    nominal,
+                    bounds,
+                    smoothed: Mutex::new(0.0),
                     set: QueueSet::new(mode, nominal),
                     retry_after: Mutex::new(RetryAfter::default()),
                     apiservice_cap,
@@ -347,11 +356,40 @@ impl FlowControl {
                 (s, uid)
             })
             .collect();
-        Self {
+        let control = Self {
             schemas,
             levels,
             wait_limit,
             metrics,
+        };
+        // The limits of idle levels until the first period ends.
+        control.adjust();
+        control
+    }
+
+    /// Ends a borrowing period: each level's limit set again from its seat demand since the
+    /// last one.
+    pub fn adjust(&self) {
+        let levels: Vec<&Arc<Level>> = self.levels.values().collect();
+        let mut adjusting: Vec<borrowing::Adjusting> = levels
+            .iter()
+            .map(|l| borrowing::Adjusting {
+                bounds: l.bounds,
+                exempt: matches!(l.set.mode, Mode::Exempt),
+                observed: l.set.observe(),
+                smoothed: *l.smoothed.lock().unwrap_or_else(|e| e.into_inner()),
+                current: l.set.limit(),
+            })
+            .collect();
+        let fair = borrowing::adjust(&mut adjusting);
+        self.metrics.fair.set(fair);
+        for (level, next) in levels.iter().zip(adjusting) {
+            *level.smoothed.lock().unwrap_or_else(|e| e.into_inner()) = next.smoothed;
+            level.set.set_limit(next.current);
+            self.metrics
+                .current
+                .with_label_values(&[&level.config.name])
+                .set(next.current as i64);
         }
     }
 
@@ -381,7 +419,7 @@ impl FlowControl {
     pub async fn admit(
         &self,
         id: &Identity,
-        a: &Attributes,
+        a: &Arc<Attributes>,
         apiservice: Option<&str>,
     ) -> Option<Result<Ticket, Rejected>> {
         let (schema, schema_uid, level) = self.classify(id, a)?;
@@ -416,7 +454,14 @@ impl FlowControl {
         }
         let distinguisher = classify::distinguisher(schema, id, a);
         let hash = classify::flow_hash(&schema.name, &distinguisher);
-        let outcome = match level.set.start(hash, 1) {
+        let tag = Arc::new(Tag {
+            flow_schema: schema.name.clone(),
+            distinguisher,
+            user: id.user.clone(),
+            attrs: a.clone(),
+            arrived: SystemTime::now(),
+        });
+        let outcome = match level.set.start(hash, 1, tag) {
             Start::Run(seat) => Ok(seat),
             Start::Rejected(reason) => Err((reason, false)),
             Start::Queued {
@@ -562,6 +607,80 @@ impl FlowControl {
         table(&rows)
     }
 
+    /// `/debug/api_priority_and_fairness/dump_requests`: one line per waiting or executing
+    /// request, by level; with `details`, who sent it and what it asks.
+    pub fn dump_requests(&self, details: bool) -> String {
+        let mut names: Vec<&String> = self.levels.keys().collect();
+        names.sort();
+        let mut header: Vec<String> = [
+            "PriorityLevelName",
+            "FlowSchemaName",
+            "QueueIndex",
+            "RequestIndexInQueue",
+            // Upstream's spelling.
+            "FlowDistingsher",
+            "ArriveTime",
+            "InitialSeats",
+            "FinalSeats",
+            "AdditionalLatency",
+            "StartTime",
+        ]
+        .map(String::from)
+        .to_vec();
+        if details {
+            header.extend(
+                [
+                    "UserName",
+                    "Verb",
+                    "APIPath",
+                    "Namespace",
+                    "Name",
+                    "APIVersion",
+                    "Resource",
+                    "SubResource",
+                ]
+                .map(String::from),
+            );
+        }
+        let mut rows = vec![header];
+        for name in names {
+            for r in self.levels[name].set.requests() {
+                let t = &r.tag;
+                let mut row = vec![
+                    name.clone(),
+                    t.flow_schema.clone(),
+                    r.queue.to_string(),
+                    r.index.to_string(),
+                    t.distinguisher.clone(),
+                    rfc3339(t.arrived),
+                    r.seats.to_string(),
+                    "0".into(),
+                    "0s".into(),
+                    r.started.map_or("0001-01-01T00:00:00Z".into(), rfc3339),
+                ];
+                if details {
+                    let a = &t.attrs;
+                    let group_version = match a.group.as_str() {
+                        "" => a.version.clone(),
+                        g => format!("{g}/{}", a.version),
+                    };
+                    row.extend([
+                        t.user.clone(),
+                        a.verb.clone(),
+                        a.path.clone(),
+                        a.namespace.clone(),
+                        a.name.clone(),
+                        group_version,
+                        a.resource.clone(),
+                        a.subresource.clone(),
+                    ]);
+                }
+                rows.push(row);
+            }
+        }
+        table(&rows)
+    }
+
     /// The level named `name`, for tests and the dumps.
     pub fn level(&self, name: &str) -> Option<&Arc<Level>> {
         self.levels.get(name)
@@ -597,6 +716,22 @@ fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `t` in UTC as RFC 3339 with nanoseconds, as Go's `time.RFC3339Nano` prints it.
+fn rfc3339(t: SystemTime) -> String {
+    let seconds = apigw_core::meta::timestamp(t);
+    let nanos = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    match nanos {
+        0 => seconds,
+        n => format!(
+            "{}{}Z",
+            seconds.trim_end_matches('Z'),
+            format!(".{n:09}").trim_end_matches('0')
+        ),
+    }
 }
 
 fn header(uid: &str) -> HeaderValue {
@@ -672,6 +807,10 @@ pub struct FlowMetrics {
     executing_requests: IntGaugeVec,
     executing_seats: IntGaugeVec,
     nominal: IntGaugeVec,
+    lower: IntGaugeVec,
+    upper: IntGaugeVec,
+    current: IntGaugeVec,
+    fair: prometheus::Gauge,
     wait: HistogramVec,
 }
 
@@ -691,6 +830,13 @@ impl FlowMetrics {
         )
         .expect("valid metric");
         r.register(Box::new(wait.clone())).expect("unique metric");
+        let fair = prometheus::Gauge::new(
+            "apiserver_flowcontrol_seat_fair_frac",
+            "The fair proportion of the levels' seat demands the last borrowing period gave them.",
+        )
+        .expect("valid metric");
+        r.register(Box::new(fair.clone())).expect("unique metric");
+        let level = ["priority_level"];
         Self {
             dispatched: counter(
                 "apiserver_flowcontrol_dispatched_requests_total",
@@ -720,10 +866,34 @@ impl FlowMetrics {
             nominal: gauge(
                 "apiserver_flowcontrol_nominal_limit_seats",
                 "The nominal seats of each priority level.",
-                &["priority_level"],
+                &level,
             ),
+            lower: gauge(
+                "apiserver_flowcontrol_lower_limit_seats",
+                "The fewest seats a priority level keeps while lending: nominal less lendable.",
+                &level,
+            ),
+            upper: gauge(
+                "apiserver_flowcontrol_upper_limit_seats",
+                "The most seats a priority level may hold by borrowing.",
+                &level,
+            ),
+            current: gauge(
+                "apiserver_flowcontrol_current_limit_seats",
+                "The seats of each priority level in force, as borrowing last set them.",
+                &level,
+            ),
+            fair,
             wait,
         }
+    }
+
+    fn bounds(&self, level: &str, b: &borrowing::Bounds) {
+        self.nominal
+            .with_label_values(&[level])
+            .set(b.nominal as i64);
+        self.lower.with_label_values(&[level]).set(b.lower as i64);
+        self.upper.with_label_values(&[level]).set(b.upper as i64);
     }
 
     fn inqueue(&self, labels: &[String; 2], by: i64) {
@@ -760,7 +930,7 @@ mod tests {
     #[test]
     fn nominal_seats_are_upstreams_split() {
         let fc = control(600, Duration::from_secs(15));
-        let nominal = |n: &str| fc.level(n).map(|l| l.nominal).unwrap_or(usize::MAX);
+        let nominal = |n: &str| fc.level(n).map(|l| l.bounds.nominal).unwrap_or(usize::MAX);
         for (name, want) in [
             ("exempt", 0),
             ("catch-all", 13),
@@ -780,7 +950,11 @@ mod tests {
         // 10 seats in all: global-default gets ceil(10 × 20/245) = 1.
         let fc = control(10, Duration::from_millis(50));
         let alice = Identity::new("alice", vec!["system:authenticated".into()]);
-        let a = Attributes::from_request(&Method::GET, "/apis/g/v1/namespaces/n/things", None);
+        let a = Arc::new(Attributes::from_request(
+            &Method::GET,
+            "/apis/g/v1/namespaces/n/things",
+            None,
+        ));
         let Some(Ok(first)) = fc.admit(&alice, &a, None).await else {
             panic!("the first request runs")
         };
@@ -816,6 +990,47 @@ mod tests {
         assert_eq!(r.dropped(t1), 2, "6 drops in the last second: doubled");
         let later = t1 + Duration::from_secs(10);
         assert_eq!(r.dropped(later), 1, "no drops since: lowered");
+    }
+
+    /// A level whose requests wait borrows, at the period's end, the seats the idle levels
+    /// lend, and its waiters run.
+    #[tokio::test]
+    async fn a_busy_level_borrows_and_its_waiters_run() {
+        let fc = Arc::new(control(600, Duration::from_secs(30)));
+        let level = fc.level("global-default").expect("global-default").clone();
+        let idle = level.set.limit();
+        assert_eq!(idle, 56, "idle: its lower bound 24 × 602/258");
+        let a = Arc::new(Attributes::from_request(&Method::GET, "/api/v1/pods", None));
+        let mut running = Vec::new();
+        let mut waiting = tokio::task::JoinSet::new();
+        for i in 0..(idle + 40) {
+            let id = Identity::new(format!("user-{i}"), vec!["system:authenticated".into()]);
+            if i < idle {
+                match fc.admit(&id, &a, None).await {
+                    Some(Ok(t)) => running.push(t),
+                    _ => panic!("a free seat runs at once"),
+                }
+            } else {
+                let (fc, a) = (fc.clone(), a.clone());
+                waiting.spawn(async move { fc.admit(&id, &a, None).await.map(|r| r.is_ok()) });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(level.set.snapshot().waiting, 40);
+        let dump = fc.dump_requests(true);
+        assert_eq!(dump.lines().count(), 1 + idle + 40, "{dump}");
+        let waiter = dump
+            .lines()
+            .find(|l| l.contains("0001-01-01T00:00:00Z"))
+            .expect("a waiting request");
+        assert!(waiter.contains("global-default") && waiter.contains("/api/v1/pods"));
+        assert!(waiter.contains(" list,"), "{waiter}");
+        fc.adjust();
+        assert!(level.set.limit() >= idle + 40, "{}", level.set.limit());
+        while let Some(done) = waiting.join_next().await {
+            assert_eq!(done.ok(), Some(Some(true)), "every waiter ran");
+        }
+        drop(running);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::config::{
     Distinguisher, FlowSchema, LevelKind, LimitResponse, NonResourceRule, PolicyRules,
-    PriorityLevel, ResourceRule, Subject,
+    PriorityLevel, ResourceRule, Seats, Subject,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -103,13 +103,14 @@ pub fn parse_items(items: Vec<Value>, mandatory: bool) -> Result<Objects, Vec<St
             .map_or_else(String::new, str::to_string);
         match item["kind"].as_str() {
             Some("PriorityLevelConfiguration") => match level(&name, &item["spec"]) {
-                Ok(kind) => out.levels.push(PriorityLevel {
+                Ok((seats, kind)) => out.levels.push(PriorityLevel {
                     uid: if uid.is_empty() {
                         super::config::uid("prioritylevelconfiguration", &name)
                     } else {
                         uid
                     },
                     name,
+                    seats,
                     kind,
                 }),
                 Err(m) => problems.push(format!("{what}: {m}")),
@@ -141,7 +142,14 @@ struct LevelSpec {
     #[serde(rename = "type")]
     kind: String,
     limited: Option<Limited>,
-    exempt: Option<Value>,
+    exempt: Option<Exempt>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Exempt {
+    nominal_concurrency_shares: Option<u32>,
+    lendable_percent: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -169,21 +177,41 @@ struct Queuing {
     queue_length_limit: Option<usize>,
 }
 
-fn level(name: &str, spec: &Value) -> Result<LevelKind, String> {
+/// `lendablePercent` at `at`, checked (0 to 100; 0 when unset).
+fn lendable(at: &str, percent: Option<u32>) -> Result<u32, String> {
+    match percent.unwrap_or(0) {
+        p @ 0..=100 => Ok(p),
+        p => Err(format!(
+            "{at}.lendablePercent: Invalid value: {p}: must be between 0 and 100, inclusive"
+        )),
+    }
+}
+
+fn level(name: &str, spec: &Value) -> Result<(Seats, LevelKind), String> {
     let spec: LevelSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
-    // `exempt`'s fields (its shares and lendable percent) only matter to borrowing, which
-    // apigw does not do; they are read so that objects setting them load.
-    let _ = &spec.exempt;
     match spec.kind.as_str() {
-        "Exempt" => Ok(LevelKind::Exempt),
+        "Exempt" => {
+            let exempt = spec.exempt.unwrap_or(Exempt {
+                nominal_concurrency_shares: None,
+                lendable_percent: None,
+            });
+            let seats = Seats {
+                lendable_percent: lendable("spec.exempt", exempt.lendable_percent)?,
+                ..Seats::shares(exempt.nominal_concurrency_shares.unwrap_or(0))
+            };
+            Ok((seats, LevelKind::Exempt))
+        }
         "Limited" => {
             let limited = spec.limited.ok_or("spec.limited: Required value")?;
-            // Only borrowing reads these (not done here); read so that objects setting them load.
-            let _ = (limited.lendable_percent, limited.borrowing_limit_percent);
             let shares = limited.nominal_concurrency_shares.unwrap_or(30);
             if shares == 0 && name != super::config::EXEMPT {
                 return Err("spec.limited.nominalConcurrencyShares: must be positive".into());
             }
+            let seats = Seats {
+                shares,
+                lendable_percent: lendable("spec.limited", limited.lendable_percent)?,
+                borrowing_limit_percent: limited.borrowing_limit_percent,
+            };
             let response = limited
                 .limit_response
                 .ok_or("spec.limited.limitResponse: Required value")?;
@@ -218,7 +246,7 @@ fn level(name: &str, spec: &Value) -> Result<LevelKind, String> {
                     ))
                 }
             };
-            Ok(LevelKind::Limited { shares, limit })
+            Ok((seats, LevelKind::Limited(limit)))
         }
         other => Err(format!(
             "spec.type: Unsupported value: {other:?}: supported values: \"Exempt\", \"Limited\""
@@ -419,6 +447,8 @@ spec:
   type: Limited
   limited:
     nominalConcurrencyShares: 5
+    lendablePercent: 20
+    borrowingLimitPercent: 150
     limitResponse:
       type: Queue
       queuing: {queues: 8, handSize: 2, queueLengthLimit: 10}
@@ -450,13 +480,18 @@ spec:
         assert_eq!(o.levels.len(), 1);
         assert_eq!(
             o.levels[0].kind,
-            LevelKind::Limited {
+            LevelKind::Limited(LimitResponse::Queue {
+                queues: 8,
+                hand_size: 2,
+                queue_length_limit: 10
+            })
+        );
+        assert_eq!(
+            o.levels[0].seats,
+            Seats {
                 shares: 5,
-                limit: LimitResponse::Queue {
-                    queues: 8,
-                    hand_size: 2,
-                    queue_length_limit: 10
-                }
+                lendable_percent: 20,
+                borrowing_limit_percent: Some(150),
             }
         );
         let s = &o.schemas[0];

@@ -5,11 +5,15 @@
 //! taken and that queue is full, and dispatches from the queues by fair queuing: the non-empty
 //! queue with the earliest virtual finish time goes next (round-robin on ties), each request
 //! costing its seats times a nominal 3 ms of virtual time, so a flow that sends more waits
-//! longer and the others do not.
+//! longer and the others do not. The level's limit moves as it borrows and lends seats
+//! ([`super::borrowing`]); its seat demand is integrated here, where it changes.
 
+use super::borrowing::{Demand, Observed};
 use super::classify::deal;
-use std::collections::VecDeque;
+use crate::authz::Attributes;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 use tokio::sync::oneshot;
 
 /// Virtual seconds a request costs per seat (upstream's estimated service duration).
@@ -51,15 +55,39 @@ pub enum Mode {
 /// A level's state.
 pub struct QueueSet {
     pub mode: Mode,
-    /// Seats: the level's concurrency limit.
-    pub limit: usize,
     state: Mutex<State>,
 }
 
-#[derive(Default)]
+/// What the request dump shows of a request.
+#[derive(Debug)]
+pub struct Tag {
+    pub flow_schema: String,
+    pub distinguisher: String,
+    pub user: String,
+    pub attrs: Arc<Attributes>,
+    pub arrived: SystemTime,
+}
+
+/// A request in the dump: its queue and place in it (-1: none, or executing), and when it
+/// started (None: waiting).
+pub struct Dumped {
+    pub queue: i64,
+    pub index: i64,
+    pub seats: usize,
+    pub tag: Arc<Tag>,
+    pub started: Option<SystemTime>,
+}
+
 struct State {
+    /// Seats: the level's concurrency limit, as borrowing last set it.
+    limit: usize,
     seats_in_use: usize,
+    /// Seats the waiting requests need.
+    waiting_seats: usize,
+    demand: Demand,
     executing: usize,
+    /// The executing requests, by id.
+    running: HashMap<u64, Running>,
     queues: Vec<Queue>,
     /// The queue served last, for round-robin among ties.
     robin: usize,
@@ -70,6 +98,13 @@ struct State {
     next_id: u64,
     dispatched: u64,
     rejected: u64,
+}
+
+struct Running {
+    queue: Option<usize>,
+    seats: usize,
+    tag: Arc<Tag>,
+    started: SystemTime,
 }
 
 #[derive(Default)]
@@ -83,6 +118,7 @@ struct Queue {
 struct Waiter {
     id: u64,
     seats: usize,
+    tag: Arc<Tag>,
     /// Receives the seat once dispatched: a seat sent to a request that has gone is dropped
     /// with the channel, and so given back.
     tx: oneshot::Sender<Seat>,
@@ -91,6 +127,7 @@ struct Waiter {
 /// A request running on the level: its seats, given back when dropped.
 pub struct Seat {
     set: Arc<QueueSet>,
+    id: u64,
     queue: Option<usize>,
     seats: usize,
 }
@@ -101,10 +138,13 @@ impl Drop for Seat {
             let mut st = self.set.lock();
             st.seats_in_use = st.seats_in_use.saturating_sub(self.seats);
             st.executing = st.executing.saturating_sub(1);
+            st.running.remove(&self.id);
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
-            self.set.dispatch(&mut st)
+            let unwanted = self.set.dispatch(&mut st);
+            st.note_demand();
+            unwanted
         };
         // Seats their requests no longer wanted: given back, outside the lock.
         drop(unwanted);
@@ -136,6 +176,14 @@ pub struct Snapshot {
     pub queues: Vec<(usize, usize, f64)>,
 }
 
+impl State {
+    /// Records the seat demand after a change: seats held and seats waited for.
+    fn note_demand(&mut self) {
+        let demand = self.seats_in_use + self.waiting_seats;
+        self.demand.set(demand, Instant::now());
+    }
+}
+
 impl QueueSet {
     pub fn new(mode: Mode, limit: usize) -> Arc<Self> {
         let queues = match mode {
@@ -144,12 +192,42 @@ impl QueueSet {
         };
         Arc::new(Self {
             mode,
-            limit,
             state: Mutex::new(State {
+                limit,
+                seats_in_use: 0,
+                waiting_seats: 0,
+                demand: Demand::new(Instant::now()),
+                executing: 0,
+                running: HashMap::new(),
                 queues,
-                ..State::default()
+                robin: 0,
+                enqueues: 0,
+                now: 0.0,
+                next_id: 0,
+                dispatched: 0,
+                rejected: 0,
             }),
         })
+    }
+
+    /// The level's concurrency limit in force.
+    pub fn limit(&self) -> usize {
+        self.lock().limit
+    }
+
+    /// Sets the level's concurrency limit (borrowing moved it), dispatching what now fits.
+    pub fn set_limit(self: &Arc<Self>, limit: usize) {
+        let unwanted = {
+            let mut st = self.lock();
+            st.limit = limit;
+            self.dispatch(&mut st)
+        };
+        drop(unwanted);
+    }
+
+    /// The seat demand since the last call, which starts a new period.
+    pub fn observe(&self) -> Observed {
+        self.lock().demand.reset(Instant::now())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -157,13 +235,13 @@ impl QueueSet {
     }
 
     /// Starts a request of flow `hash` needing `seats`.
-    pub fn start(self: &Arc<Self>, hash: u64, seats: usize) -> Start {
+    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Arc<Tag>) -> Start {
         let mut st = self.lock();
         match self.mode {
-            Mode::Exempt => Start::Run(self.run(&mut st, None, seats)),
+            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag)),
             Mode::Reject => {
-                if self.fits(&st, seats) {
-                    Start::Run(self.run(&mut st, None, seats))
+                if Self::fits(&st, seats) {
+                    Start::Run(self.run(&mut st, None, seats, tag))
                 } else {
                     st.rejected += 1;
                     Start::Rejected(Reason::ConcurrencyLimit)
@@ -188,7 +266,7 @@ impl QueueSet {
                         chosen = q;
                     }
                 }
-                if st.seats_in_use >= self.limit
+                if st.seats_in_use >= st.limit
                     && st.queues[chosen].waiting.len() >= queue_length_limit
                 {
                     st.rejected += 1;
@@ -203,8 +281,10 @@ impl QueueSet {
                     // An idle queue starts at the present, not with credit from its past.
                     q.next = q.next.max(now);
                 }
-                q.waiting.push_back(Waiter { id, seats, tx });
+                q.waiting.push_back(Waiter { id, seats, tag, tx });
+                st.waiting_seats += seats;
                 let unwanted = self.dispatch(&mut st);
+                st.note_demand();
                 drop(st);
                 drop(unwanted);
                 // Through its queue, as upstream: dispatched at once when a seat was free.
@@ -227,29 +307,52 @@ impl QueueSet {
         let Some(q) = st.queues.get_mut(queue) else {
             return false;
         };
-        let before = q.waiting.len();
-        q.waiting.retain(|w| w.id != id);
-        let removed = q.waiting.len() < before;
-        if removed {
-            st.rejected += 1;
-        }
-        removed
+        let Some(at) = q.waiting.iter().position(|w| w.id == id) else {
+            return false;
+        };
+        let seats = q.waiting.remove(at).map_or(0, |w| w.seats);
+        st.waiting_seats = st.waiting_seats.saturating_sub(seats);
+        st.rejected += 1;
+        st.note_demand();
+        true
     }
 
-    fn fits(&self, st: &State, seats: usize) -> bool {
+    fn fits(st: &State, seats: usize) -> bool {
         // A request wider than the whole level runs alone.
-        if seats > self.limit {
+        if seats > st.limit {
             return st.executing == 0;
         }
-        st.seats_in_use + seats <= self.limit
+        st.seats_in_use + seats <= st.limit
     }
 
-    fn run(self: &Arc<Self>, st: &mut State, queue: Option<usize>, seats: usize) -> Seat {
+    fn run(
+        self: &Arc<Self>,
+        st: &mut State,
+        queue: Option<usize>,
+        seats: usize,
+        tag: Arc<Tag>,
+    ) -> Seat {
         st.seats_in_use += seats;
         st.executing += 1;
         st.dispatched += 1;
+        st.next_id += 1;
+        let id = st.next_id;
+        let started = SystemTime::now();
+        st.running.insert(
+            id,
+            Running {
+                queue,
+                seats,
+                tag,
+                started,
+            },
+        );
+        if queue.is_none() {
+            st.note_demand();
+        }
         Seat {
             set: self.clone(),
+            id,
             queue,
             seats,
         }
@@ -279,22 +382,56 @@ impl QueueSet {
                 return unwanted;
             };
             let seats = st.queues[q].waiting.front().map_or(1, |w| w.seats);
-            if !self.fits(st, seats) {
+            if !Self::fits(st, seats) {
                 return unwanted;
             }
             let Some(waiter) = st.queues[q].waiting.pop_front() else {
                 return unwanted;
             };
+            st.waiting_seats = st.waiting_seats.saturating_sub(seats);
             st.robin = q;
             let start = st.queues[q].next;
             st.now = st.now.max(start);
             st.queues[q].next = start + seats as f64 * SERVICE;
             st.queues[q].executing += 1;
-            let seat = self.run(st, Some(q), seats);
+            let seat = self.run(st, Some(q), seats, waiter.tag);
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
         }
+    }
+
+    /// Every waiting and executing request, for `dump_requests`: by queue, the waiting ones
+    /// in order, then the executing ones; last those that ran without a queue.
+    pub fn requests(&self) -> Vec<Dumped> {
+        let st = self.lock();
+        let mut out = Vec::new();
+        let executing = |queue: Option<usize>| {
+            st.running
+                .values()
+                .filter(move |r| r.queue == queue)
+                .map(move |r| Dumped {
+                    queue: queue.map_or(-1, |q| q as i64),
+                    index: -1,
+                    seats: r.seats,
+                    tag: r.tag.clone(),
+                    started: Some(r.started),
+                })
+        };
+        for (i, q) in st.queues.iter().enumerate() {
+            for (at, w) in q.waiting.iter().enumerate() {
+                out.push(Dumped {
+                    queue: i as i64,
+                    index: at as i64,
+                    seats: w.seats,
+                    tag: w.tag.clone(),
+                    started: None,
+                });
+            }
+            out.extend(executing(Some(i)));
+        }
+        out.extend(executing(None));
+        out
     }
 
     /// The level's state, for the debug dumps.
@@ -320,6 +457,20 @@ impl QueueSet {
 mod tests {
     use super::*;
 
+    fn tag() -> Arc<Tag> {
+        Arc::new(Tag {
+            flow_schema: "test".into(),
+            distinguisher: String::new(),
+            user: "alice".into(),
+            attrs: Arc::new(Attributes::from_request(
+                &http::Method::GET,
+                "/healthz",
+                None,
+            )),
+            arrived: SystemTime::now(),
+        })
+    }
+
     fn queue_mode(queues: usize, hand_size: usize, limit: usize) -> Mode {
         let _ = limit;
         Mode::Queue {
@@ -333,7 +484,7 @@ mod tests {
     fn exempt_and_reject_levels() {
         let exempt = QueueSet::new(Mode::Exempt, 0);
         let seats: Vec<_> = (0..100)
-            .map(|_| match exempt.start(1, 1) {
+            .map(|_| match exempt.start(1, 1, tag()) {
                 Start::Run(s) => s,
                 _ => panic!("an exempt level never waits"),
             })
@@ -341,14 +492,14 @@ mod tests {
         assert_eq!(exempt.snapshot().executing, 100);
         drop(seats);
         let reject = QueueSet::new(Mode::Reject, 2);
-        let a = reject.start(1, 1);
-        let b = reject.start(2, 1);
+        let a = reject.start(1, 1, tag());
+        let b = reject.start(2, 1, tag());
         assert!(matches!(
-            reject.start(3, 1),
+            reject.start(3, 1, tag()),
             Start::Rejected(Reason::ConcurrencyLimit)
         ));
         drop(a);
-        assert!(matches!(reject.start(3, 1), Start::Run(_)));
+        assert!(matches!(reject.start(3, 1, tag()), Start::Run(_)));
         drop(b);
     }
 
@@ -357,18 +508,18 @@ mod tests {
     #[tokio::test]
     async fn fair_queuing_serves_the_quiet_flow_before_the_noisy_ones_backlog() {
         let set = QueueSet::new(queue_mode(8, 1, 1), 1);
-        let Start::Run(first) = set.start(0, 1) else {
+        let Start::Run(first) = set.start(0, 1, tag()) else {
             panic!("a free seat runs at once")
         };
         // The noisy flow (hash 0 → queue 0) queues three; then the quiet flow (hash 5).
         let mut noisy = Vec::new();
         for _ in 0..3 {
-            match set.start(0, 1) {
+            match set.start(0, 1, tag()) {
                 Start::Queued { rx, queue, .. } => noisy.push((rx, queue)),
                 _ => panic!("queued"),
             }
         }
-        let Start::Queued { mut rx, queue, .. } = set.start(5, 1) else {
+        let Start::Queued { mut rx, queue, .. } = set.start(5, 1, tag()) else {
             panic!("queued")
         };
         assert_ne!(queue, noisy[0].1, "the flows are in different queues");
@@ -389,21 +540,21 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_only_when_every_seat_is_taken() {
         let set = QueueSet::new(queue_mode(1, 1, 1), 1);
-        let Start::Run(_running) = set.start(0, 1) else {
+        let Start::Run(_running) = set.start(0, 1, tag()) else {
             panic!("a free seat runs at once")
         };
         let mut waiting = Vec::new();
         for _ in 0..3 {
-            waiting.push(set.start(0, 1));
+            waiting.push(set.start(0, 1, tag()));
         }
         assert!(matches!(
-            set.start(0, 1),
+            set.start(0, 1, tag()),
             Start::Rejected(Reason::QueueFull)
         ));
         // A waiter that gives up leaves room.
         if let Some(Start::Queued { id, queue, .. }) = waiting.pop() {
             assert!(set.cancel(queue, id));
         }
-        assert!(matches!(set.start(0, 1), Start::Queued { .. }));
+        assert!(matches!(set.start(0, 1, tag()), Start::Queued { .. }));
     }
 }

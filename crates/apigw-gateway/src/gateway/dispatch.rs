@@ -3,7 +3,7 @@
 //! OpenAPI here; a registered group version to its APIService's backend (503 at once while it
 //! is unavailable); anything else to the delegate, or 404.
 
-use super::route::Route;
+use super::route::{FlowDump, Route};
 use super::{reviews, Gateway};
 use crate::apiservices;
 use crate::authn::Identity;
@@ -92,13 +92,17 @@ impl Gateway {
             Route::OpenApiV2 => discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
             Route::OpenApiV3 => discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
             Route::Metrics => Ok(self.metrics_response()),
-            Route::FlowDump { levels } => match &self.flow {
+            Route::FlowDump(dump) => match &self.flow {
                 Some(flow) => {
                     let flow = flow.current();
-                    let text = if levels {
-                        flow.dump_priority_levels()
-                    } else {
-                        flow.dump_queues()
+                    let text = match dump {
+                        FlowDump::PriorityLevels => flow.dump_priority_levels(),
+                        FlowDump::Queues => flow.dump_queues(),
+                        // Upstream's: details with any non-empty `includeRequestDetails`.
+                        FlowDump::Requests => flow.dump_requests(
+                            crate::authz::query_value(req.uri().query(), "includeRequestDetails")
+                                .is_some_and(|v| !v.is_empty()),
+                        ),
                     };
                     let mut res = Response::new(apigw_core::body::full(text));
                     res.headers_mut().insert(

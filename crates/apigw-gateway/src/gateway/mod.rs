@@ -292,6 +292,9 @@ pub async fn run(
     );
     spawn_latches(&gateway);
     spawn_pool_pruning(&gateway);
+    if let Some(flow) = &gateway.flow {
+        flow.spawn_borrowing();
+    }
     // The metrics listener: the same serve loop (deadlines, accept backoff, drain) in plain
     // HTTP; it answers through the main listener's drain and stops after it.
     let metrics_stop = tokio_util::sync::CancellationToken::new();

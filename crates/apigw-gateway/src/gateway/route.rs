@@ -14,6 +14,14 @@ use crate::discovery::{delegate::Known, Doc, Documents};
 use crate::registry::{ApiService, Snapshot};
 use std::sync::Arc;
 
+/// Which APF debug dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowDump {
+    PriorityLevels,
+    Queues,
+    Requests,
+}
+
 /// Where a request goes.
 #[derive(Debug, Clone)]
 pub enum Route {
@@ -45,10 +53,9 @@ pub enum Route {
     OpenApiV2,
     OpenApiV3,
     Metrics,
-    /// `/debug/api_priority_and_fairness/dump_priority_levels` (true) or `dump_queues`.
-    FlowDump {
-        levels: bool,
-    },
+    /// `/debug/api_priority_and_fairness/dump_priority_levels`, `dump_queues` or
+    /// `dump_requests`.
+    FlowDump(FlowDump),
     /// Anything else, with a delegate. `listed`: the delegate's discovery lists the path's
     /// group version (or it is one of the identity groups), so the request metrics may take
     /// their labels from the path.
@@ -158,10 +165,14 @@ impl Router<'_> {
                 }
             }
             ["metrics"] => return Route::Metrics,
-            ["debug", "api_priority_and_fairness", dump @ ("dump_priority_levels" | "dump_queues")] => {
-                return Route::FlowDump {
-                    levels: *dump == "dump_priority_levels",
-                }
+            ["debug", "api_priority_and_fairness", "dump_priority_levels"] => {
+                return Route::FlowDump(FlowDump::PriorityLevels)
+            }
+            ["debug", "api_priority_and_fairness", "dump_queues"] => {
+                return Route::FlowDump(FlowDump::Queues)
+            }
+            ["debug", "api_priority_and_fairness", "dump_requests"] => {
+                return Route::FlowDump(FlowDump::Requests)
             }
             ["openapi", "v2"] => return Route::OpenApiV2,
             ["openapi", "v3"] | ["openapi", "v3", ""] => return Route::OpenApiV3,
@@ -274,7 +285,7 @@ mod tests {
             Route::OpenApiV2 => "openapi-v2".into(),
             Route::OpenApiV3 => "openapi-v3".into(),
             Route::Metrics => "metrics".into(),
-            Route::FlowDump { levels } => format!("flow-dump levels={levels}"),
+            Route::FlowDump(dump) => format!("flow-dump {dump:?}"),
             Route::Delegate { listed } => format!("delegate listed={listed}"),
             Route::NotFound => "not-found".into(),
         }
@@ -336,15 +347,15 @@ mod tests {
                 ("/metrics/x", "not-found"),
                 (
                     "/debug/api_priority_and_fairness/dump_priority_levels",
-                    "flow-dump levels=true",
+                    "flow-dump PriorityLevels",
                 ),
                 (
                     "/debug/api_priority_and_fairness/dump_queues",
-                    "flow-dump levels=false",
+                    "flow-dump Queues",
                 ),
                 (
                     "/debug/api_priority_and_fairness/dump_requests",
-                    "not-found",
+                    "flow-dump Requests",
                 ),
                 ("/openapi/v2", "openapi-v2"),
                 ("/openapi/v3", "openapi-v3"),
