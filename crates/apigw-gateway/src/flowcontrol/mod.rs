@@ -123,12 +123,41 @@ impl Level {
 
 /// The flow-control state.
 pub struct FlowControl {
-    /// By matching precedence, then name.
-    schemas: Vec<(FlowSchema, HeaderValue)>,
+    /// By matching precedence, then name; those whose level exists (upstream ignores a
+    /// dangling schema).
+    schemas: Vec<Arc<Schema>>,
     levels: HashMap<String, Arc<Level>>,
     /// How long a request may wait in a queue: a quarter of the request timeout, at most 1 min.
     wait_limit: Duration,
     metrics: FlowMetrics,
+}
+
+/// A flow schema in force: its level, UID header and metrics, resolved once.
+struct Schema {
+    config: FlowSchema,
+    uid: HeaderValue,
+    level: Arc<Level>,
+    metrics: SchemaMetrics,
+}
+
+/// The metrics of one schema's requests: their labels (level and schema) are fixed, so each
+/// series is looked up once, when the configuration is put in force.
+struct SchemaMetrics {
+    dispatched: prometheus::IntCounter,
+    inqueue: prometheus::IntGauge,
+    executing_requests: prometheus::IntGauge,
+    executing_seats: prometheus::IntGauge,
+    /// Waits that ended in execution, or in a time-out in the queue (as upstream counts them).
+    waited: prometheus::Histogram,
+    /// Waits that ended in refusal before any queue.
+    refused: prometheus::Histogram,
+}
+
+impl SchemaMetrics {
+    fn executing(&self, by: i64) {
+        self.executing_requests.add(by);
+        self.executing_seats.add(by);
+    }
 }
 
 /// The PF headers of a classified request.
@@ -152,8 +181,7 @@ pub struct Ticket {
     pub headers: PfHeaders,
     seat: Option<Seat>,
     claim: Option<Claim>,
-    labels: [String; 2],
-    metrics: FlowMetrics,
+    schema: Arc<Schema>,
 }
 
 impl Ticket {
@@ -161,7 +189,7 @@ impl Ticket {
     pub fn release(&mut self) {
         self.claim = None;
         if self.seat.take().is_some() {
-            self.metrics.executing(&self.labels, -1);
+            self.schema.metrics.executing(-1);
         }
     }
 }
@@ -351,9 +379,14 @@ impl FlowControl {
         schemas.sort_by(|a, b| (a.precedence, &a.name).cmp(&(b.precedence, &b.name)));
         let schemas = schemas
             .into_iter()
-            .map(|s| {
-                let uid = header(&s.uid);
-                (s, uid)
+            .filter_map(|config| {
+                let level = levels.get(&config.level)?.clone();
+                Some(Arc::new(Schema {
+                    uid: header(&config.uid),
+                    metrics: metrics.schema(&level.config.name, &config.name),
+                    level,
+                    config,
+                }))
             })
             .collect();
         let control = Self {
@@ -393,24 +426,16 @@ impl FlowControl {
         }
     }
 
-    /// The schema and level of a request by `id` with `a`: the first schema that matches,
-    /// else `catch-all`.
-    fn classify(
-        &self,
-        id: &Identity,
-        a: &Attributes,
-    ) -> Option<(&FlowSchema, &HeaderValue, &Arc<Level>)> {
-        let (schema, uid) = self
-            .schemas
+    /// The schema of a request by `id` with `a`: the first that matches, else `catch-all`.
+    fn classify(&self, id: &Identity, a: &Attributes) -> Option<&Arc<Schema>> {
+        self.schemas
             .iter()
-            .find(|(s, _)| classify::matches(s, id, a))
+            .find(|s| classify::matches(&s.config, id, a))
             .or_else(|| {
                 self.schemas
                     .iter()
-                    .find(|(s, _)| s.name == config::CATCH_ALL)
-            })?;
-        let level = self.levels.get(&schema.level)?;
-        Some((schema, uid, level))
+                    .find(|s| s.config.name == config::CATCH_ALL)
+            })
     }
 
     /// Admits a request by `id` with `a`, for the backend of `apiservice` if any, under
@@ -422,45 +447,46 @@ impl FlowControl {
         a: &Arc<Attributes>,
         apiservice: Option<&str>,
     ) -> Option<Result<Ticket, Rejected>> {
-        let (schema, schema_uid, level) = self.classify(id, a)?;
+        let schema = self.classify(id, a)?;
+        let level = &schema.level;
         let headers = PfHeaders {
-            flow_schema: schema_uid.clone(),
+            flow_schema: schema.uid.clone(),
             priority_level: level.uid.clone(),
         };
-        let labels = [level.config.name.clone(), schema.name.clone()];
         let arrived = Instant::now();
         let deadline = arrived + self.wait_limit;
         // Its APIService's share first: waiting (within the same limit) while it is all held.
         let mut claim = None;
         if let Some(name) = apiservice {
-            loop {
-                let freed = level.freed.notified();
-                tokio::pin!(freed);
-                freed.as_mut().enable();
-                if let Some(got) = level.claim(name) {
-                    claim = got;
-                    break;
-                }
-                if tokio::time::timeout_at(deadline.into(), freed)
-                    .await
-                    .is_err()
-                {
-                    let reason = Reason::ApiServiceLimit;
-                    return Some(Err(
-                        self.refuse(level, &labels, headers, reason, true, arrived)
-                    ));
-                }
-            }
+            claim = match level.claim(name) {
+                Some(got) => got,
+                None => loop {
+                    let freed = level.freed.notified();
+                    tokio::pin!(freed);
+                    freed.as_mut().enable();
+                    if let Some(got) = level.claim(name) {
+                        break got;
+                    }
+                    if tokio::time::timeout_at(deadline.into(), freed)
+                        .await
+                        .is_err()
+                    {
+                        let reason = Reason::ApiServiceLimit;
+                        return Some(Err(self.refuse(schema, headers, reason, true, arrived)));
+                    }
+                },
+            };
         }
-        let distinguisher = classify::distinguisher(schema, id, a);
-        let hash = classify::flow_hash(&schema.name, &distinguisher);
+        let distinguisher = classify::distinguisher(&schema.config, id, a);
+        let hash = classify::flow_hash(&schema.config.name, &distinguisher);
         let tag = Arc::new(Tag {
-            flow_schema: schema.name.clone(),
+            flow_schema: schema.config.name.clone(),
             distinguisher,
             user: id.user.clone(),
             attrs: a.clone(),
             arrived: SystemTime::now(),
         });
+        let m = &schema.metrics;
         let outcome = match level.set.start(hash, 1, tag) {
             Start::Run(seat) => Ok(seat),
             Start::Rejected(reason) => Err((reason, false)),
@@ -469,9 +495,9 @@ impl FlowControl {
                 queue,
                 rx,
             } => {
-                self.metrics.inqueue(&labels, 1);
+                m.inqueue.inc();
                 let waited = tokio::time::timeout_at(deadline.into(), rx).await;
-                self.metrics.inqueue(&labels, -1);
+                m.inqueue.dec();
                 match waited {
                     Ok(Ok(seat)) => Ok(seat),
                     // Not dispatched within the wait limit: out of the queue.
@@ -484,46 +510,40 @@ impl FlowControl {
         };
         match outcome {
             Ok(seat) => {
-                let waited = arrived.elapsed().as_secs_f64();
-                let pf = [labels[0].as_str(), labels[1].as_str()];
-                self.metrics
-                    .wait
-                    .with_label_values(&[pf[0], pf[1], "true"])
-                    .observe(waited);
-                self.metrics.dispatched.with_label_values(&pf).inc();
-                self.metrics.executing(&labels, 1);
+                m.waited.observe(arrived.elapsed().as_secs_f64());
+                m.dispatched.inc();
+                m.executing(1);
                 Some(Ok(Ticket {
                     headers,
                     seat: Some(seat),
                     claim,
-                    labels,
-                    metrics: self.metrics.clone(),
+                    schema: schema.clone(),
                 }))
             }
-            Err((reason, queued)) => Some(Err(
-                self.refuse(level, &labels, headers, reason, queued, arrived)
-            )),
+            Err((reason, queued)) => {
+                Some(Err(self.refuse(schema, headers, reason, queued, arrived)))
+            }
         }
     }
 
     /// The 429 of a refused request, counted.
     fn refuse(
         &self,
-        level: &Level,
-        labels: &[String; 2],
+        schema: &Schema,
         headers: PfHeaders,
         reason: Reason,
         queued: bool,
         arrived: Instant,
     ) -> Rejected {
-        let execute = if queued { "true" } else { "false" };
-        self.metrics
-            .wait
-            .with_label_values(&[&labels[0], &labels[1], execute])
-            .observe(arrived.elapsed().as_secs_f64());
+        let waited = arrived.elapsed().as_secs_f64();
+        match queued {
+            true => schema.metrics.waited.observe(waited),
+            false => schema.metrics.refused.observe(waited),
+        }
+        let level = &schema.level;
         self.metrics
             .rejected
-            .with_label_values(&[&labels[0], &labels[1], reason.label()])
+            .with_label_values(&[&level.config.name, &schema.config.name, reason.label()])
             .inc();
         let retry = level
             .retry_after
@@ -896,16 +916,17 @@ impl FlowMetrics {
         self.upper.with_label_values(&[level]).set(b.upper as i64);
     }
 
-    fn inqueue(&self, labels: &[String; 2], by: i64) {
-        self.inqueue
-            .with_label_values(&[&labels[0], &labels[1]])
-            .add(by);
-    }
-
-    fn executing(&self, labels: &[String; 2], by: i64) {
-        let l = [labels[0].as_str(), labels[1].as_str()];
-        self.executing_requests.with_label_values(&l).add(by);
-        self.executing_seats.with_label_values(&l).add(by);
+    /// The series of the requests of `schema` on `level`.
+    fn schema(&self, level: &str, schema: &str) -> SchemaMetrics {
+        let pf = [level, schema];
+        SchemaMetrics {
+            dispatched: self.dispatched.with_label_values(&pf),
+            inqueue: self.inqueue.with_label_values(&pf),
+            executing_requests: self.executing_requests.with_label_values(&pf),
+            executing_seats: self.executing_seats.with_label_values(&pf),
+            waited: self.wait.with_label_values(&[level, schema, "true"]),
+            refused: self.wait.with_label_values(&[level, schema, "false"]),
+        }
     }
 }
 

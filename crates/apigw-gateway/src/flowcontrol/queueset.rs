@@ -272,16 +272,25 @@ impl QueueSet {
                     st.rejected += 1;
                     return Start::Rejected(Reason::QueueFull);
                 }
-                let (tx, rx) = oneshot::channel();
-                st.next_id += 1;
-                let id = st.next_id;
                 let now = st.now;
                 let q = &mut st.queues[chosen];
                 if q.waiting.is_empty() && q.executing == 0 {
                     // An idle queue starts at the present, not with credit from its past.
                     q.next = q.next.max(now);
                 }
-                q.waiting.push_back(Waiter { id, seats, tag, tx });
+                if st.waiting_seats == 0 && Self::fits(&st, seats) {
+                    // Nothing waits and a seat is free: dispatch would pick this request
+                    // from its queue at once; do so without the round trip.
+                    let seat = self.begin(&mut st, chosen, seats, tag);
+                    st.note_demand();
+                    return Start::Run(seat);
+                }
+                let (tx, rx) = oneshot::channel();
+                st.next_id += 1;
+                let id = st.next_id;
+                st.queues[chosen]
+                    .waiting
+                    .push_back(Waiter { id, seats, tag, tx });
                 st.waiting_seats += seats;
                 let unwanted = self.dispatch(&mut st);
                 st.note_demand();
@@ -365,6 +374,9 @@ impl QueueSet {
     fn dispatch(self: &Arc<Self>, st: &mut State) -> Vec<Seat> {
         let mut unwanted = Vec::new();
         loop {
+            if st.waiting_seats == 0 {
+                return unwanted;
+            }
             let n = st.queues.len();
             let mut best: Option<(usize, f64)> = None;
             for i in 1..=n {
@@ -389,16 +401,21 @@ impl QueueSet {
                 return unwanted;
             };
             st.waiting_seats = st.waiting_seats.saturating_sub(seats);
-            st.robin = q;
-            let start = st.queues[q].next;
-            st.now = st.now.max(start);
-            st.queues[q].next = start + seats as f64 * SERVICE;
-            st.queues[q].executing += 1;
-            let seat = self.run(st, Some(q), seats, waiter.tag);
+            let seat = self.begin(st, q, seats, waiter.tag);
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
         }
+    }
+
+    /// Starts a request from queue `q`: the queue's virtual time advances by its work.
+    fn begin(self: &Arc<Self>, st: &mut State, q: usize, seats: usize, tag: Arc<Tag>) -> Seat {
+        st.robin = q;
+        let start = st.queues[q].next;
+        st.now = st.now.max(start);
+        st.queues[q].next = start + seats as f64 * SERVICE;
+        st.queues[q].executing += 1;
+        self.run(st, Some(q), seats, tag)
     }
 
     /// Every waiting and executing request, for `dump_requests`: by queue, the waiting ones
