@@ -15,6 +15,7 @@
 
 mod big_list;
 mod env;
+mod kube;
 mod load;
 mod nginx_backend;
 mod peers;
@@ -34,7 +35,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 13] = [
+pub const SCENARIOS: [&str; 15] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
@@ -48,6 +49,8 @@ pub const SCENARIOS: [&str; 13] = [
     "watches",
     "watch-ttfe",
     "handshake",
+    kube::RBAC,
+    kube::ALLOW,
 ];
 
 /// Flags of `apigw-bench`.
@@ -107,6 +110,11 @@ pub struct BenchArgs {
     /// of its rounds, with each round's req/s in the JSON (1 with --quick).
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Where scripts/upstream put its builds (etcd, kube-apiserver, sample-apiserver, the
+    /// control-plane launcher), for the kube-aggregator scenarios; default: run the
+    /// `scripts/upstream` of the checkout around the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub upstream: Option<PathBuf>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench/latest.json")]
     pub json: PathBuf,

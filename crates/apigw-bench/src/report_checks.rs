@@ -3,7 +3,10 @@
 //! haproxy with p99 no worse, p50 at concurrency 1 at most 0.8x the better peer's over
 //! HTTP/1.1 and (issue 21) at most the better peer's over HTTP/2, under 16 KiB of gateway
 //! memory per idle watch, under 8 MiB of growth while relaying 10 MiB responses, under 8 MiB of
-//! growth while streaming the big list (issue 3: 1 GiB), and no errors.
+//! growth while streaming the big list (issue 3: 1 GiB), and no errors. Against
+//! kube-aggregator in the same run (issue 30), in every row of the kube-aggregator scenarios:
+//! CPU per request at most 0.25x and p99 at most 0.5x; and what API Priority and Fairness
+//! costs (issue 31): apigw's CPU per request at most 1.03x apigw-no-apf's.
 
 use super::{Figure, Row};
 use serde::Serialize;
@@ -164,9 +167,56 @@ fn big_list_memory(figures: &[Figure]) -> Check {
     }
 }
 
+/// In every row of the kube-aggregator scenarios, `apigw`'s figure `what` (read by `figure`)
+/// at most `limit` times `peer`'s.
+fn against(rows: &[Row], peer: &str, what: &str, limit: f64, figure: fn(&Row) -> f64) -> Check {
+    let target = format!("kube-aggregator scenarios: apigw {what} <= {limit:.2}x {peer}'s");
+    let mut details = Vec::new();
+    let mut met = true;
+    for a in rows
+        .iter()
+        .filter(|r| r.scenario.starts_with("kube-aggregator") && r.target == "apigw")
+    {
+        let Some(p) = row(rows, &a.scenario, peer) else {
+            continue;
+        };
+        let ratio = figure(a) / figure(p).max(1e-9);
+        met &= ratio <= limit;
+        details.push(format!(
+            "{} {:.1} vs {:.1} = {ratio:.2}x",
+            a.scenario,
+            figure(a),
+            figure(p)
+        ));
+    }
+    if details.is_empty() {
+        return Check {
+            target,
+            met: None,
+            detail: format!("needs a kube-aggregator scenario with {peer}"),
+        };
+    }
+    Check {
+        target,
+        met: Some(met),
+        detail: details.join("; "),
+    }
+}
+
 /// Every target, checked.
 pub fn checks(rows: &[Row], figures: &[Figure], errors: u64) -> Vec<Check> {
+    let cpu = |r: &Row| r.measured.cpu_us_per_req;
+    let p99 = |r: &Row| r.measured.p99_ms;
     vec![
+        against(rows, "kube-aggregator", "CPU µs per request", 0.25, cpu),
+        against(rows, "kube-aggregator", "p99 ms", 0.5, p99),
+        against(
+            rows,
+            "apigw-no-apf",
+            "CPU µs per request (APF's cost)",
+            1.03,
+            cpu,
+        ),
         throughput(rows),
         latency(rows, "small-get-c1", "small GET at concurrency 1", 0.8),
         latency(

@@ -7,7 +7,7 @@ use super::load::{Proto, Target};
 use super::peers::{self, Peer};
 use super::report::Report;
 use super::stats::Machine;
-use super::{big_list, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings};
+use super::{big_list, kube, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings};
 
 /// The targets of one run and what was left out.
 struct World {
@@ -24,6 +24,7 @@ struct World {
     no_install: bool,
     no_peers: bool,
     no_log_target: bool,
+    upstream: Option<std::path::PathBuf>,
 }
 
 impl World {
@@ -164,6 +165,7 @@ pub async fn run(args: &BenchArgs, s: &Settings, wanted: &[&str]) -> anyhow::Res
         no_install: args.no_install || args.quick,
         no_peers: args.no_peers,
         no_log_target: args.no_log_target,
+        upstream: args.upstream.clone(),
     };
     let mut rows = Vec::new();
     let mut figures = Vec::new();
@@ -211,6 +213,22 @@ async fn one(
                 log_target: !w.no_log_target,
             };
             match nginx_backend::run(s, &w.env, &opts).await {
+                Ok((r, skipped)) => {
+                    w.skipped.extend(skipped);
+                    r
+                }
+                Err(e) => {
+                    w.errors.push(format!("{scenario}: {e:#}"));
+                    Vec::new()
+                }
+            }
+        }
+        kube::RBAC | kube::ALLOW => {
+            let opts = kube::Options {
+                upstream: w.upstream.clone(),
+                log_target: !w.no_log_target,
+            };
+            match kube::run(s, &w.env, &opts, scenario).await {
                 Ok((r, skipped)) => {
                     w.skipped.extend(skipped);
                     r

@@ -89,8 +89,19 @@ pub async fn small_get(
     proto: Proto,
     c: usize,
 ) -> Vec<Row> {
-    let path = format!("{PAYLOAD}?bytes=1024");
-    let job = s.job(Method::GET, &path, proto, c);
+    get_rows(s, targets, name, &format!("{PAYLOAD}?bytes=1024"), proto, c).await
+}
+
+/// GETs of `path` over `proto` at concurrency `c` through each target: scenario `name`.
+pub async fn get_rows(
+    s: &Settings,
+    targets: &[Target],
+    name: &str,
+    path: &str,
+    proto: Proto,
+    c: usize,
+) -> Vec<Row> {
+    let job = s.job(Method::GET, path, proto, c);
     side_by_side(name, targets, &job, s.rounds).await
 }
 
