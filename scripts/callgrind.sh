@@ -10,6 +10,9 @@
 # cancel out. Needs valgrind (callgrind_control) and curl.
 #
 #   APIGW_LOG=info   the gateway's RUST_LOG (default warn: no access log); info logs every request
+#   CLIENT=user      the dev PKI's client certificate: admin (default; system:masters, exempt
+#                    from API Priority and Fairness) or user (dev-user: APF's global-default)
+#   APIGW_ARGS=...   more `apigw serve` flags, e.g. --enable-priority-and-fairness=false
 #   KEEP=DIR         keep the N2 dumps as DIR/cg.http1.1 and DIR/cg.http2 for callgrind_annotate
 set -euo pipefail
 BIN=$(realpath "${1:-target/dist/apigw}")
@@ -52,11 +55,12 @@ TOKIO_WORKER_THREADS=1 RUST_LOG=${APIGW_LOG:-warn} valgrind --tool=callgrind --c
   --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key" \
   --apiservice-dir "$D/apiservices" \
   --resolve "wardle-server.wardle-namespace.svc:443=127.0.0.1:$SPORT" \
-  --availability-check-interval 1h --worker-threads 1 >"$D/gateway.log" 2>&1 &
+  --availability-check-interval 1h --worker-threads 1 ${APIGW_ARGS:-} >"$D/gateway.log" 2>&1 &
 GPID=$!
 PIDS+=("$GPID")
 
-C=(--cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key")
+CLIENT=${CLIENT:-admin}
+C=(--cacert "$PKI/ca.crt" --cert "$PKI/$CLIENT.crt" --key "$PKI/$CLIENT.key")
 URL="https://127.0.0.1:$GWPORT/apis/wardle.example.com/v1alpha1/bench/payload?bytes=1024"
 for _ in $(seq 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${C[@]}" "https://127.0.0.1:$GWPORT/readyz")" = 200 ] && break

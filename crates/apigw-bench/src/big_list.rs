@@ -89,25 +89,26 @@ struct Transfer {
     error: Option<String>,
 }
 
-/// Runs the transfer against `direct`, then `apigw`: a row each, and the figures.
-pub async fn run(s: &Settings, direct: &Target, apigw: &Target) -> (Vec<Row>, Vec<Figure>) {
+/// Runs the transfer against each target in turn (`direct` is the backend, the others front
+/// doors): a row each, and the figures, under `scenario`.
+pub async fn run(s: &Settings, scenario: &str, targets: &[&Target]) -> (Vec<Row>, Vec<Figure>) {
     let size = s.big_list_bytes;
     let mut rows = Vec::new();
     let mut results = Vec::new();
-    for target in [direct, apigw] {
+    for target in targets {
         eprintln!(
-            "apigw-bench: big-list ({}) via {}",
+            "apigw-bench: {scenario} ({}) via {}",
             human(size),
             target.name
         );
         let t = transfer(target, size).await;
-        rows.push(row(target, size, &t));
+        rows.push(row(scenario, target, size, &t));
         results.push((target.name.clone(), t));
     }
-    (rows, figures(size, &results))
+    (rows, figures(scenario, size, &results))
 }
 
-fn row(target: &Target, size: u64, t: &Transfer) -> Row {
+fn row(scenario: &str, target: &Target, size: u64, t: &Transfer) -> Row {
     let job = job(String::new());
     let secs = t.elapsed.as_secs_f64().max(1e-9);
     let ms = t.elapsed.as_secs_f64() * 1000.0;
@@ -125,7 +126,7 @@ fn row(target: &Target, size: u64, t: &Transfer) -> Row {
         cpu_us_per_req: t.usage.cpu_s * 1e6,
         first_error: t.error.clone(),
     };
-    let mut row = Row::new("big-list", &target.name, &job, measured);
+    let mut row = Row::new(scenario, &target.name, &job, measured);
     row.rss_before_kib = t.rss_before_kib;
     row.note = Some(format!(
         "{} list, {} read; RSS +{:.1} MiB",
@@ -140,14 +141,14 @@ fn growth_kib(t: &Transfer) -> u64 {
     t.usage.rss_peak_kib.saturating_sub(t.rss_before_kib)
 }
 
-fn figures(size: u64, results: &[(String, Transfer)]) -> Vec<Figure> {
+fn figures(scenario: &str, size: u64, results: &[(String, Transfer)]) -> Vec<Figure> {
     let mut out = Vec::new();
     for (name, t) in results {
         let errors: Vec<String> = t.error.iter().cloned().collect();
         let secs = t.elapsed.as_secs_f64().max(1e-9);
         out.push(
             Figure::new(
-                "big-list",
+                scenario,
                 &format!("{name} throughput"),
                 t.bytes as f64 / secs / f64::from(1 << 20),
                 "MiB/s",
@@ -162,7 +163,7 @@ fn figures(size: u64, results: &[(String, Transfer)]) -> Vec<Figure> {
         };
         out.push(
             Figure::new(
-                "big-list",
+                scenario,
                 &format!("{name} RSS growth"),
                 growth_kib(t) as f64 / 1024.0,
                 "MiB",

@@ -1,25 +1,34 @@
 //! `kube-aggregator` and `kube-aggregator-allow`: apigw side by side with what users run when
 //! they do not run apigw, the kube-aggregator inside kube-apiserver. The control plane is
-//! upstream's, built by `scripts/upstream` from its published modules (etcd, kube-apiserver,
-//! and sample-apiserver registered as its `wardle.example.com` APIServices); apigw runs in
-//! manifest mode in front of the same sample-apiserver with the launcher's APIServices.
+//! upstream's, built by `scripts/upstream` from its published modules: etcd, kube-apiserver,
+//! and sample-apiserver registered as its `wardle.example.com` APIServices. apigw runs in
+//! manifest mode in front of the same backends, with kube-apiserver as its delegate, as
+//! `tests/it/support/upstream.rs` runs it.
 //!
 //! Both front doors take the same client certificate (`alice`, group `wardle-users`), proxy
-//! to the same sample-apiserver with their front-proxy client certificates, and run API
-//! Priority and Fairness with upstream's default configuration (alice's requests are
-//! `global-default`'s, not exempt). `kube-aggregator` authorizes by RBAC on both (the same
-//! ClusterRole and binding, in kube-apiserver and in apigw's policy file);
-//! `kube-aggregator-allow` by `AlwaysAllow` on both. The request is a list of one flunder
-//! over HTTP/1.1 and HTTP/2, at the configured concurrency and at 1, through `direct`
-//! (sample-apiserver with the front-proxy certificate), `apigw`, `apigw-log` (access log on),
+//! with their front-proxy client certificates, and run API Priority and Fairness with
+//! upstream's defaults (alice's requests are `global-default`'s, not exempt).
+//! `kube-aggregator` authorizes by RBAC on both (the same ClusterRole and binding, in
+//! kube-apiserver and in apigw's policy file); `kube-aggregator-allow` by `AlwaysAllow` on both.
+//!
+//! Two backends, one after the other:
+//! - `<scenario>-sample`: upstream's sample-apiserver, a list of one flunder;
+//! - `<scenario>-small-get`: the bench's own backend (`apigw sample-apiserver` with the
+//!   control plane's certificates), 1 KiB, so the rows measure the front doors rather than
+//!   the backend. Both APIServices are pointed at it.
+//!
+//! Each over HTTP/1.1 and HTTP/2, at the configured concurrency and at 1, through `direct`
+//! (the backend with the front-proxy certificate), `apigw`, `apigw-log` (access log on),
 //! `apigw-no-apf` (`--enable-priority-and-fairness=false`: what APF costs) and
-//! `kube-aggregator`, whose CPU is kube-apiserver's process.
+//! `kube-aggregator` (kube-apiserver's CPU and memory). `kube-aggregator` then measures, with
+//! the small-GET backend: `/apis` legacy and aggregated with 50 APIServices, idle watches
+//! (memory per watch), and the big list (throughput and memory growth).
 
 use super::env::{client_configs, free_port, wait_ready, Env, Proc};
 use super::load::{Proto, Target};
-use super::scenarios::{self, small_get_variants};
+use super::scenarios::{self, small_get_variants, AGGREGATED, PAYLOAD};
 use super::stats::children;
-use super::{Row, Settings};
+use super::{big_list, watches, Figure, Row, Settings};
 use anyhow::Context as _;
 use http::{HeaderName, HeaderValue, Method};
 use rustls::pki_types::ServerName;
@@ -34,35 +43,39 @@ pub const ALLOW: &str = "kube-aggregator-allow";
 
 /// The namespace of the flunder listed.
 const NAMESPACE: &str = "default";
+/// The launcher's Service for the wardle APIServices, and the name its certificates carry.
+const SERVICE: (&str, &str) = ("wardle", "api");
+/// APIServices in the discovery rows.
+const DISCOVERY_SERVICES: usize = 50;
 
 fn flunders() -> String {
     format!("/apis/wardle.example.com/v1alpha1/namespaces/{NAMESPACE}/flunders")
 }
 
-/// The RBAC objects that let `wardle-users` read flunders, in kube-apiserver and in apigw.
+/// The RBAC objects that let `wardle-users` use the wardle and benchmark groups, in
+/// kube-apiserver and in apigw.
 fn policy() -> [serde_json::Value; 2] {
     [
         serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": "flunder-reader"},
-            "rules": [{
-                "apiGroups": ["wardle.example.com"],
-                "resources": ["flunders"],
-                "verbs": ["get", "list", "watch"],
-            }],
+            "metadata": {"name": "bench-user"},
+            "rules": [
+                {"apiGroups": ["wardle.example.com"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+                {"nonResourceURLs": ["/apis", "/apis/*"], "verbs": ["get"]},
+            ],
         }),
         serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": "flunder-readers"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "flunder-reader"},
+            "metadata": {"name": "bench-users"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-user"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "wardle-users"}],
         }),
     ]
 }
 
-/// kube-apiserver's `--authorization-config` for `AlwaysAllow`.
+/// kube-apiserver's `--authorization-config` for `AlwaysAllow` (its name must be the type's).
 const ALWAYS_ALLOW: &str = "apiVersion: apiserver.config.k8s.io/v1\n\
 kind: AuthorizationConfiguration\n\
 authorizers:\n\
@@ -76,6 +89,14 @@ pub struct Options {
     pub log_target: bool,
 }
 
+/// What a kube-aggregator scenario gives.
+#[derive(Default)]
+pub struct Outcome {
+    pub rows: Vec<Row>,
+    pub figures: Vec<Figure>,
+    pub skipped: Vec<String>,
+}
+
 /// The fields of the launcher's `state.json` this scenario reads.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -84,6 +105,74 @@ struct State {
     sample: String,
     sample_host: String,
     sample_port: u16,
+}
+
+/// A running control plane and the clients of its front door.
+struct ControlPlane {
+    proc: Proc,
+    dir: PathBuf,
+    state: State,
+    /// alice through kube-aggregator.
+    kube: Target,
+    /// admin (system:masters), for setting up.
+    admin: Target,
+    allow: bool,
+    scenario: String,
+}
+
+impl ControlPlane {
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn arg(&self, name: &str) -> String {
+        self.file(name).display().to_string()
+    }
+
+    /// The launcher's child process named `name`.
+    fn pid_of(&self, name: &str) -> Option<u32> {
+        process_named(self.proc.pid(), name)
+    }
+
+    /// alice's client, to a front door at `addr`.
+    fn front(&self, name: &str, addr: SocketAddr, pids: Vec<u32>) -> Target {
+        Target {
+            name: name.into(),
+            addr,
+            pids,
+            ..self.kube.clone()
+        }
+    }
+
+    /// Straight to a backend at `addr` (processes `pids`) serving the wardle certificate, as
+    /// a front proxy reaches it: the front-proxy client certificate, alice's identity.
+    fn direct(&self, addr: SocketAddr, pids: Vec<u32>) -> anyhow::Result<Target> {
+        let (h1, h2) = client_configs(
+            &self.file("wardle-ca.crt"),
+            &self.file("front-proxy-client.crt"),
+            &self.file("front-proxy-client.key"),
+        )?;
+        let header = |name: &'static str, value: &'static str| {
+            (
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            )
+        };
+        Ok(Target {
+            name: "direct".into(),
+            addr,
+            server_name: ServerName::try_from(self.state.sample_host.clone())
+                .context("the backend's service name")?,
+            h1,
+            h2,
+            headers: vec![
+                header("x-remote-user", "alice"),
+                header("x-remote-group", "wardle-users"),
+                header("x-remote-group", "system:authenticated"),
+            ],
+            pids,
+        })
+    }
 }
 
 /// The directory of upstream's builds: `--upstream`, else what `scripts/upstream` of the
@@ -117,187 +206,428 @@ fn upstream(opts: &Options) -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(dir))
 }
 
-/// Runs `scenario` ([`RBAC`] or [`ALLOW`]): its rows, and notes on what was left out.
-pub async fn run(
-    s: &Settings,
-    env: &Env,
-    opts: &Options,
-    scenario: &str,
-) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
+/// Starts the control plane for `scenario` and sets it up: the RBAC objects (unless
+/// AlwaysAllow) and one flunder.
+async fn start(env: &Env, opts: &Options, scenario: &str) -> anyhow::Result<ControlPlane> {
     let allow = scenario == ALLOW;
     let bin = upstream(opts)?;
     let dir = env.dir.path().join(scenario);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let file = |name: &str| dir.join(name);
     let mut cmd = Command::new(bin.join("controlplane"));
     cmd.arg("-dir").arg(&dir).arg("-bin").arg(&bin);
     if allow {
-        write(&file("always-allow.yaml"), ALWAYS_ALLOW.as_bytes())?;
-        cmd.arg("-authorization-config")
-            .arg(file("always-allow.yaml"));
+        let file = dir.join("always-allow.yaml");
+        write(&file, ALWAYS_ALLOW.as_bytes())?;
+        cmd.arg("-authorization-config").arg(file);
     }
-    let mut cp = Proc::spawn(&format!("{scenario}-controlplane"), cmd, env.dir.path())?;
-    let state = await_state(&file("state.json"), &mut cp).await?;
-    let kube_addr = addr_of(&state.apiserver)?;
-    let apiserver_pid = process_named(cp.pid(), "kube-apiserver")
-        .context("kube-apiserver's process under the launcher")?;
-
-    // The client, as the cluster CA knows it: alice, of group wardle-users.
-    let (h1, h2) = client_configs(&file("ca.crt"), &file("alice.crt"), &file("alice.key"))?;
-    let front = |name: &str, addr: SocketAddr, pids: Vec<u32>| Target {
-        name: name.into(),
-        addr,
+    let mut proc = Proc::spawn(&format!("{scenario}-controlplane"), cmd, env.dir.path())?;
+    let state: State = await_state(&dir.join("state.json"), &mut proc).await?;
+    let apiserver =
+        process_named(proc.pid(), "kube-apiserver").context("kube-apiserver under the launcher")?;
+    let (h1, h2) = client_configs(
+        &dir.join("ca.crt"),
+        &dir.join("alice.crt"),
+        &dir.join("alice.key"),
+    )?;
+    let kube = Target {
+        name: "kube-aggregator".into(),
+        addr: addr_of(&state.apiserver)?,
         server_name: ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
-        h1: h1.clone(),
-        h2: h2.clone(),
+        h1,
+        h2,
         headers: Vec::new(),
-        pids,
+        pids: vec![apiserver],
     };
-    let kube = front("kube-aggregator", kube_addr, vec![apiserver_pid]);
-    let admin = {
-        let (h1, h2) = client_configs(&file("ca.crt"), &file("admin.crt"), &file("admin.key"))?;
-        Target {
-            name: "kube-apiserver (admin)".into(),
-            h1,
-            h2,
-            ..kube.clone()
-        }
+    let (h1, h2) = client_configs(
+        &dir.join("ca.crt"),
+        &dir.join("admin.crt"),
+        &dir.join("admin.key"),
+    )?;
+    let admin = Target {
+        name: "kube-apiserver as admin".into(),
+        h1,
+        h2,
+        ..kube.clone()
+    };
+    let mut cp = ControlPlane {
+        proc,
+        dir,
+        state,
+        kube,
+        admin,
+        allow,
+        scenario: scenario.to_string(),
     };
     if !allow {
         for object in policy() {
             let kind = object["kind"].as_str().unwrap_or_default().to_lowercase();
             let path = format!("/apis/rbac.authorization.k8s.io/v1/{kind}s");
-            post(&admin, &path, &object).await?;
+            post(&cp.admin, &path, &object).await?;
         }
     }
+    // Through kube-aggregator, once sample-apiserver's APIService is available.
+    await_ok(&cp.admin, &flunders(), &mut cp.proc).await?;
     let flunder = serde_json::json!({
         "apiVersion": "wardle.example.com/v1alpha1",
         "kind": "Flunder",
         "metadata": {"name": "bench", "namespace": NAMESPACE},
         "spec": {},
     });
-    // Through kube-aggregator, once its APIService is available.
-    await_ok(&admin, &flunders(), &mut cp).await?;
-    post(&admin, &flunders(), &flunder).await?;
+    post(&cp.admin, &flunders(), &flunder).await?;
+    Ok(cp)
+}
 
-    // apigw, as tests/it/support/upstream.rs's manifest mode runs it.
-    let mut gateway_args: Vec<String> = Vec::new();
+/// Runs `scenario` ([`RBAC`] or [`ALLOW`]).
+pub async fn run(
+    s: &Settings,
+    env: &Env,
+    opts: &Options,
+    scenario: &str,
+) -> anyhow::Result<Outcome> {
+    let mut cp = start(env, opts, scenario).await?;
+    let mut out = Outcome::default();
+    if !opts.log_target {
+        out.skipped
+            .push(format!("{scenario}: apigw-log left out (--no-log-target)"));
+    }
+
+    // sample-apiserver, as the launcher registered it.
+    let sample = addr_of(&cp.state.sample)?;
+    let manifests = cp.file("apiservices");
+    let port = cp.state.sample_port;
+    let mut fronts = gateways(env, &cp, opts, "sample", &manifests, port).await?;
+    let direct = cp.direct(sample, cp.pid_of("sample-apiserver").into_iter().collect())?;
+    let mut targets = vec![direct];
+    targets.extend(fronts.iter().map(|(_, t)| t.clone()));
+    targets.push(cp.kube.clone());
+    out.rows
+        .extend(request_rates(s, &targets, &format!("{scenario}-sample"), &flunders()).await);
+    check_alive(&mut cp, &mut fronts, scenario)?;
+    drop(fronts);
+
+    // The bench's backend, under the same Service name and CA, with 50 APIServices.
+    let (mut backend, addr) = small_get_backend(env, &cp, scenario).await?;
+    let services = apiservices(&cp, addr.port())?;
+    repoint(&cp, addr.port(), &services).await?;
+    let dir = cp.file("apiservices-bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": services});
+    write(&dir.join("apiservices.json"), list.to_string().as_bytes())?;
+    let payload = format!("{PAYLOAD}?bytes=1024");
+    await_ok(&cp.kube, &payload, &mut cp.proc).await?;
+    let mut fronts = gateways(env, &cp, opts, "small-get", &dir, addr.port()).await?;
+    let direct = cp.direct(addr, vec![backend.pid()])?;
+    let mut targets = vec![direct.clone()];
+    targets.extend(fronts.iter().map(|(_, t)| t.clone()));
+    targets.push(cp.kube.clone());
+    out.rows
+        .extend(request_rates(s, &targets, &format!("{scenario}-small-get"), &payload).await);
+
+    if scenario == RBAC {
+        let apigw = fronts
+            .first()
+            .map(|(_, t)| t.clone())
+            .context("the apigw gateway")?;
+        let doors = [apigw, cp.kube.clone()];
+        let (rows, figures) = discovery(s, scenario, &doors).await?;
+        out.rows.extend(rows);
+        out.figures.extend(figures);
+        let watches = s.watches.min(1000);
+        for door in &doors {
+            eprintln!(
+                "apigw-bench: {scenario}-watches: {watches} via {}",
+                door.name
+            );
+            out.figures.extend(
+                watches::idle(&format!("{scenario}-watches"), door, backend.pid(), watches).await,
+            );
+        }
+        let (rows, figures) = big_list::run(
+            s,
+            &format!("{scenario}-big-list"),
+            &[&direct, &doors[0], &doors[1]],
+        )
+        .await;
+        out.rows.extend(rows);
+        out.figures.extend(figures);
+    }
+    check_alive(&mut cp, &mut fronts, scenario)?;
+    if let Some(status) = backend.exited() {
+        anyhow::bail!("the small-GET backend exited during {scenario} ({status})");
+    }
+    Ok(out)
+}
+
+/// The small GETs' four variants of `path` through `targets`, named `<prefix><suffix>`, each
+/// row with its target's memory just before.
+async fn request_rates(s: &Settings, targets: &[Target], prefix: &str, path: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (suffix, proto, c) in small_get_variants(s) {
+        let before: Vec<u64> = targets.iter().map(Target::rss_kib).collect();
+        let name = format!("{prefix}{suffix}");
+        let mut new = scenarios::get_rows(s, targets, &name, path, proto, c).await;
+        for (row, kib) in new.iter_mut().zip(before) {
+            row.rss_before_kib = kib;
+        }
+        rows.extend(new);
+    }
+    rows
+}
+
+/// `/apis` legacy and aggregated through each front door, once both list every APIService.
+async fn discovery(
+    s: &Settings,
+    scenario: &str,
+    doors: &[Target],
+) -> anyhow::Result<(Vec<Row>, Vec<Figure>)> {
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    for (form, accept) in [("legacy", None), ("aggregated", Some(AGGREGATED))] {
+        let name = format!("{scenario}-discovery-{form}");
+        let mut targets = Vec::new();
+        for door in doors {
+            let mut job = super::load::Job {
+                accept,
+                ..job(Method::GET, "/apis", Vec::new())
+            };
+            job.proto = Proto::H1;
+            let doc = await_listing(door, &job).await?;
+            figures.push(Figure::new(
+                &name,
+                &format!("{} /apis bytes", door.name),
+                doc as f64,
+                "bytes",
+            ));
+            targets.push(door.clone());
+        }
+        let mut job = super::load::Job {
+            accept,
+            ..job(Method::GET, "/apis", Vec::new())
+        };
+        job.concurrency = s.concurrency;
+        job.warmup = s.warmup;
+        job.window = s.duration;
+        rows.extend(scenarios::side_by_side(&name, &targets, &job, s.rounds).await);
+    }
+    Ok((rows, figures))
+}
+
+/// Fetches `/apis` through `door` until it lists every benchmark group (kube-aggregator
+/// merges a new APIService's discovery some seconds after it becomes available); its size.
+async fn await_listing(door: &Target, job: &super::load::Job) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let last = format!("g{:03}.bench.example.com", DISCOVERY_SERVICES - 2);
+    loop {
+        let doc = scenarios::fetch(door, job).await?;
+        let text = String::from_utf8_lossy(&doc);
+        if text.contains(&last) && text.contains("wardle.example.com") {
+            return Ok(doc.len());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{}'s /apis did not list the {DISCOVERY_SERVICES} APIServices within 2 minutes",
+            door.name
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Starts apigw, apigw-log (unless left out) and apigw-no-apf in front of the control plane
+/// with the APIServices in `manifests`, their Service resolving to loopback `port`.
+async fn gateways(
+    env: &Env,
+    cp: &ControlPlane,
+    opts: &Options,
+    phase: &str,
+    manifests: &Path,
+    port: u16,
+) -> anyhow::Result<Vec<(Proc, Target)>> {
+    let mut args: Vec<String> = Vec::new();
     for (flag, name) in [
         ("--tls-cert-file", "gateway.crt"),
         ("--tls-private-key-file", "gateway.key"),
         ("--client-ca-file", "ca.crt"),
         ("--proxy-client-cert-file", "apigw-proxy-client.crt"),
         ("--proxy-client-key-file", "apigw-proxy-client.key"),
-        ("--apiservice-dir", "apiservices"),
+        ("--delegate-ca-file", "ca.crt"),
     ] {
-        gateway_args.push(flag.into());
-        gateway_args.push(file(name).display().to_string());
+        args.extend([flag.to_string(), cp.arg(name)]);
     }
-    let port = state.sample_port;
-    gateway_args.push("--resolve".into());
-    gateway_args.push(format!("{}:{port}=127.0.0.1:{port}", state.sample_host));
-    if allow {
-        gateway_args.push("--authorization-mode=AlwaysAllow".into());
+    args.extend([
+        "--delegate-url".into(),
+        cp.state.apiserver.clone(),
+        "--apiservice-dir".into(),
+        manifests.display().to_string(),
+        "--resolve".into(),
+        format!("{}:{port}=127.0.0.1:{port}", cp.state.sample_host),
+    ]);
+    if cp.allow {
+        args.push("--authorization-mode=AlwaysAllow".into());
     } else {
         let text: Vec<String> = policy().iter().map(|o| o.to_string()).collect();
-        write(&file("apigw-rbac.yaml"), text.join("\n---\n").as_bytes())?;
-        gateway_args.push("--authorization-mode=RBAC".into());
-        gateway_args.push("--rbac-policy-file".into());
-        gateway_args.push(file("apigw-rbac.yaml").display().to_string());
+        let file = cp.file("apigw-rbac.yaml");
+        write(&file, text.join("\n---\n").as_bytes())?;
+        args.extend([
+            "--authorization-mode=RBAC".into(),
+            "--rbac-policy-file".into(),
+            file.display().to_string(),
+        ]);
     }
-    let mut gateways = vec![("apigw", env.gateway_log.as_str(), Vec::new())];
-    let mut skipped = Vec::new();
+    let lean = env.gateway_log.as_str();
+    let mut wanted = vec![("apigw", lean, None)];
     if opts.log_target {
-        gateways.push(("apigw-log", "info", Vec::new()));
-    } else {
-        skipped.push(format!("{scenario}: apigw-log left out (--no-log-target)"));
+        wanted.push(("apigw-log", "info", None));
     }
-    gateways.push((
+    wanted.push((
         "apigw-no-apf",
-        env.gateway_log.as_str(),
-        vec!["--enable-priority-and-fairness=false".to_string()],
+        lean,
+        Some("--enable-priority-and-fairness=false"),
     ));
-    let mut procs = Vec::new();
-    let sample_pid = process_named(cp.pid(), "sample-apiserver");
-    let mut targets = vec![direct(&state, &file, sample_pid)?];
-    for (name, log, extra) in gateways {
+    let mut out = Vec::new();
+    for (name, log, extra) in wanted {
         let port = free_port()?;
         let mut cmd = Command::new(&env.exe);
         cmd.arg("serve")
             .args(["--bind-address", "127.0.0.1", "--secure-port"])
             .arg(port.to_string())
-            .args(&gateway_args)
-            .args(&extra)
+            .args(&args)
+            .args(extra)
             .args(&env.gateway_args)
             .env("RUST_LOG", log);
-        let mut proc = Proc::spawn(&format!("{scenario}-{name}"), cmd, env.dir.path())?;
-        let target = front(
+        let label = format!("{}-{phase}-{name}", cp.scenario);
+        let mut proc = Proc::spawn(&label, cmd, env.dir.path())?;
+        let target = cp.front(
             name,
             SocketAddr::from(([127, 0, 0, 1], port)),
             vec![proc.pid()],
         );
-        wait_ready(&target, &flunders(), &mut proc)
+        wait_ready(&target, "/readyz", &mut proc)
             .await
             .with_context(|| format!("{name} in front of the control plane"))?;
-        procs.push(proc);
-        targets.push(target);
+        out.push((proc, target));
     }
-    targets.push(kube);
+    // Ready is not yet available: wait until each serves the backend.
+    for (proc, target) in &mut out {
+        let path = match phase {
+            "sample" => flunders(),
+            _ => format!("{PAYLOAD}?bytes=64"),
+        };
+        await_ok(target, &path, proc).await?;
+    }
+    Ok(out)
+}
 
-    let mut rows = Vec::new();
-    for (suffix, proto, c) in small_get_variants(s) {
-        let name = format!("{scenario}{suffix}");
-        let before: Vec<u64> = targets.iter().map(Target::rss_kib).collect();
-        let mut new = scenarios::get_rows(s, &targets, &name, &flunders(), proto, c).await;
-        for (row, kib) in new.iter_mut().zip(before) {
-            row.rss_before_kib = kib;
-        }
-        rows.extend(new);
+/// The bench's backend with the control plane's wardle certificate, trusting its front-proxy
+/// CA; and its address.
+async fn small_get_backend(
+    env: &Env,
+    cp: &ControlPlane,
+    scenario: &str,
+) -> anyhow::Result<(Proc, SocketAddr)> {
+    let port = free_port()?;
+    let mut cmd = Command::new(&env.exe);
+    cmd.arg("sample-apiserver")
+        .args(["--bind-address", "127.0.0.1", "--secure-port"])
+        .arg(port.to_string())
+        .arg("--tls-cert-file")
+        .arg(cp.file("wardle-serving.crt"))
+        .arg("--tls-private-key-file")
+        .arg(cp.file("wardle-serving.key"))
+        .arg("--requestheader-client-ca-file")
+        .arg(cp.file("front-proxy-ca.crt"))
+        // kube-aggregator's certificate and apigw's, as kube-apiserver allows them.
+        .arg("--requestheader-allowed-names=front-proxy-client,apigw")
+        .env("RUST_LOG", "warn");
+    let mut proc = Proc::spawn(&format!("{scenario}-backend"), cmd, env.dir.path())?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let direct = cp.direct(addr, Vec::new())?;
+    wait_ready(&direct, "/healthz", &mut proc).await?;
+    Ok((proc, addr))
+}
+
+/// The APIServices of the small-GET phase: wardle's v1alpha1 and 49 benchmark groups, all
+/// served by the launcher's Service on `port`, with the wardle CA.
+fn apiservices(cp: &ControlPlane, port: u16) -> anyhow::Result<Vec<serde_json::Value>> {
+    use base64::Engine as _;
+    let ca = std::fs::read(cp.file("wardle-ca.crt")).context("reading wardle-ca.crt")?;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    let one = |group: &str, version: &str, priority: u32| {
+        serde_json::json!({
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": format!("{version}.{group}")},
+            "spec": {
+                "group": group,
+                "version": version,
+                "groupPriorityMinimum": priority,
+                "versionPriority": 15,
+                "caBundle": ca,
+                "service": {"name": SERVICE.1, "namespace": SERVICE.0, "port": port},
+            },
+        })
+    };
+    let mut out = vec![one("wardle.example.com", "v1alpha1", 1000)];
+    for i in 0..DISCOVERY_SERVICES - 1 {
+        out.push(one(
+            &format!("g{i:03}.bench.example.com"),
+            "v1",
+            100 + i as u32,
+        ));
     }
-    if let Some(status) = cp.exited() {
+    Ok(out)
+}
+
+/// Points kube-apiserver's wardle Service at loopback `port` and replaces the launcher's
+/// APIServices with `services`.
+async fn repoint(
+    cp: &ControlPlane,
+    port: u16,
+    services: &[serde_json::Value],
+) -> anyhow::Result<()> {
+    let (ns, name) = SERVICE;
+    delete(
+        &cp.admin,
+        &format!("/api/v1/namespaces/{ns}/services/{name}"),
+    )
+    .await?;
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "type": "ExternalName", "externalName": "127.0.0.1",
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        },
+    });
+    post(
+        &cp.admin,
+        &format!("/api/v1/namespaces/{ns}/services"),
+        &svc,
+    )
+    .await?;
+    let registry = "/apis/apiregistration.k8s.io/v1/apiservices";
+    for old in ["v1alpha1.wardle.example.com", "v1beta1.wardle.example.com"] {
+        delete(&cp.admin, &format!("{registry}/{old}")).await?;
+    }
+    for service in services {
+        post(&cp.admin, registry, service).await?;
+    }
+    Ok(())
+}
+
+fn check_alive(
+    cp: &mut ControlPlane,
+    fronts: &mut [(Proc, Target)],
+    scenario: &str,
+) -> anyhow::Result<()> {
+    if let Some(status) = cp.proc.exited() {
         anyhow::bail!("the control plane exited during {scenario} ({status})");
     }
-    for p in &mut procs {
+    for (p, _) in fronts {
         if let Some(status) = p.exited() {
             anyhow::bail!("{} exited during {scenario} ({status})", p.name);
         }
     }
-    Ok((rows, skipped))
-}
-
-/// Straight to sample-apiserver, as a front proxy reaches it: the front-proxy client
-/// certificate, the serving name verified against its CA, alice's identity in headers.
-fn direct(
-    state: &State,
-    file: &dyn Fn(&str) -> PathBuf,
-    pid: Option<u32>,
-) -> anyhow::Result<Target> {
-    let (h1, h2) = client_configs(
-        &file("wardle-ca.crt"),
-        &file("front-proxy-client.crt"),
-        &file("front-proxy-client.key"),
-    )?;
-    let header = |name: &'static str, value: &'static str| {
-        (
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        )
-    };
-    let sample = addr_of(&state.sample)?;
-    Ok(Target {
-        name: "direct".into(),
-        addr: sample,
-        server_name: ServerName::try_from(state.sample_host.clone())
-            .context("sample-apiserver's service name")?,
-        h1,
-        h2,
-        headers: vec![
-            header("x-remote-user", "alice"),
-            header("x-remote-group", "wardle-users"),
-            header("x-remote-group", "system:authenticated"),
-        ],
-        pids: pid.into_iter().collect(),
-    })
+    Ok(())
 }
 
 fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -314,7 +644,7 @@ fn addr_of(url: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{url}: not an address"))
 }
 
-/// The launcher's child process named `name` (the kernel keeps 15 bytes of a name).
+/// The child process of `parent` named `name` (the kernel keeps 15 bytes of a name).
 fn process_named(parent: u32, name: &str) -> Option<u32> {
     let comm = &name[..name.len().min(15)];
     children(parent).into_iter().find(|pid| {
@@ -343,13 +673,13 @@ async fn await_state(path: &Path, cp: &mut Proc) -> anyhow::Result<State> {
 }
 
 /// Waits until `GET path` through `target` answers 200 (an APIService becomes available
-/// some seconds after registration), at most 90 s.
-async fn await_ok(target: &Target, path: &str, cp: &mut Proc) -> anyhow::Result<()> {
+/// some seconds after registration), at most 90 s, while `proc` runs.
+async fn await_ok(target: &Target, path: &str, proc: &mut Proc) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut last = String::new();
     while Instant::now() < deadline {
-        if let Some(status) = cp.exited() {
-            anyhow::bail!("the control plane exited ({status})");
+        if let Some(status) = proc.exited() {
+            anyhow::bail!("{} exited ({status})", proc.name);
         }
         match scenarios::fetch(target, &job(Method::GET, path, Vec::new())).await {
             Ok(_) => return Ok(()),
@@ -381,5 +711,12 @@ async fn post(target: &Target, path: &str, object: &serde_json::Value) -> anyhow
     scenarios::fetch(target, &job(Method::POST, path, body))
         .await
         .with_context(|| format!("POST {path} to {}", target.name))?;
+    Ok(())
+}
+
+async fn delete(target: &Target, path: &str) -> anyhow::Result<()> {
+    scenarios::fetch(target, &job(Method::DELETE, path, Vec::new()))
+        .await
+        .with_context(|| format!("DELETE {path} at {}", target.name))?;
     Ok(())
 }

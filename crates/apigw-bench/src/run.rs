@@ -229,9 +229,10 @@ async fn one(
                 log_target: !w.no_log_target,
             };
             match kube::run(s, &w.env, &opts, scenario).await {
-                Ok((r, skipped)) => {
-                    w.skipped.extend(skipped);
-                    r
+                Ok(outcome) => {
+                    w.skipped.extend(outcome.skipped);
+                    figures.extend(outcome.figures);
+                    outcome.rows
                 }
                 Err(e) => {
                     w.errors.push(format!("{scenario}: {e:#}"));
@@ -334,7 +335,7 @@ async fn idle_watches(s: &Settings, w: &World) -> anyhow::Result<Vec<Figure>> {
         .gateway("apigw-watches", &[w.env.wardle_apiservice()?])
         .await?;
     let backend = w.direct.pids.first().copied().unwrap_or(0);
-    Ok(watches::idle(&apigw, backend, s.watches).await)
+    Ok(watches::idle("watches", &apigw, backend, s.watches).await)
 }
 
 /// The big list through a fresh gateway, so that memory the allocator kept from earlier
@@ -344,7 +345,7 @@ async fn big_list(s: &Settings, w: &World) -> anyhow::Result<(Vec<Row>, Vec<Figu
         .env
         .gateway("apigw-big-list", &[w.env.wardle_apiservice()?])
         .await?;
-    Ok(big_list::run(s, &w.direct, &apigw).await)
+    Ok(big_list::run(s, "big-list", &[&w.direct, &apigw]).await)
 }
 
 /// The discovery scenario: a second gateway with many APIServices, against nginx serving the

@@ -37,7 +37,12 @@ impl Settings {
 
 /// Runs `job` against each target in turn, `rounds` times, round `r` starting at target
 /// `r mod len`; one row per target, in the order of `targets`, the median of its rounds.
-async fn side_by_side(scenario: &str, targets: &[Target], job: &Job, rounds: usize) -> Vec<Row> {
+pub(super) async fn side_by_side(
+    scenario: &str,
+    targets: &[Target],
+    job: &Job,
+    rounds: usize,
+) -> Vec<Row> {
     let rounds = rounds.max(1);
     let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
     for round in 0..rounds {

@@ -74,9 +74,9 @@ async fn open(
     Ok(res)
 }
 
-/// Opens `n` idle watches through `apigw` and reports the gateway's (and the backend's)
-/// resident memory per watch.
-pub async fn idle(apigw: &Target, backend_pid: u32, n: usize) -> Vec<Figure> {
+/// Opens `n` idle watches through `apigw` and reports its (and the backend's) resident memory
+/// per watch, under `scenario`.
+pub async fn idle(scenario: &str, apigw: &Target, backend_pid: u32, n: usize) -> Vec<Figure> {
     let pid = apigw.pids.first().copied().unwrap_or(0);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (before, backend_before) = (rss_kib(pid), rss_kib(backend_pid));
@@ -130,15 +130,15 @@ pub async fn idle(apigw: &Target, backend_pid: u32, n: usize) -> Vec<Figure> {
     );
     vec![
         Figure::new(
-            "watches",
-            "apigw RSS per idle watch",
+            scenario,
+            &format!("{} RSS per idle watch", apigw.name),
             per(before, after),
             "bytes",
         )
         .errors(&errors)
         .note(note),
         Figure::new(
-            "watches",
+            scenario,
             "sample server RSS per idle watch (for scale)",
             per(backend_before, backend_after),
             "bytes",

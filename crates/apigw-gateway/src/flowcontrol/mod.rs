@@ -27,11 +27,14 @@ use http::HeaderValue;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
-pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
+pub const FLOW_SCHEMA_UID: http::HeaderName =
+    http::HeaderName::from_static("x-kubernetes-pf-flowschema-uid");
+pub const PRIORITY_LEVEL_UID: http::HeaderName =
+    http::HeaderName::from_static("x-kubernetes-pf-prioritylevel-uid");
 
 /// The longest a request may wait in a queue.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -75,8 +78,12 @@ pub struct Level {
     retry_after: Mutex<RetryAfter>,
     /// The seats one APIService's requests may hold; None for the exempt level.
     apiservice_cap: Option<usize>,
-    /// Seats held per APIService.
-    held: Mutex<HashMap<String, usize>>,
+    /// Seats held per APIService: a counter each, shared with its claims (pruned every
+    /// borrowing period once no claim holds it).
+    held: Mutex<HashMap<Arc<str>, Arc<AtomicUsize>>>,
+    /// Requests waiting for their APIService's share, so that a claim given back wakes
+    /// them only when there are any.
+    claim_waiters: AtomicUsize,
     /// Woken when an APIService's request gives its claim back.
     freed: tokio::sync::Notify,
 }
@@ -84,20 +91,16 @@ pub struct Level {
 /// One APIService's hold on a seat of a level, given back when dropped.
 struct Claim {
     level: Arc<Level>,
-    apiservice: String,
+    held: Arc<AtomicUsize>,
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut held = self.level.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.apiservice) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.apiservice);
-            }
+        // SeqCst with the waiter's: either it sees the seat given back, or this sees it waiting.
+        self.held.fetch_sub(1, Ordering::SeqCst);
+        if self.level.claim_waiters.load(Ordering::SeqCst) > 0 {
+            self.level.freed.notify_waiters();
         }
-        drop(held);
-        self.level.freed.notify_waiters();
     }
 }
 
@@ -108,16 +111,28 @@ impl Level {
         let Some(cap) = self.apiservice_cap else {
             return Some(None);
         };
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(apiservice.to_string()).or_default();
-        if *n >= cap {
-            return None;
-        }
-        *n += 1;
+        let counter = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            match held.get(apiservice) {
+                Some(c) => c.clone(),
+                None => held.entry(Arc::from(apiservice)).or_default().clone(),
+            }
+        };
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()?;
         Some(Some(Claim {
             level: self.clone(),
-            apiservice: apiservice.to_string(),
+            held: counter,
         }))
+    }
+
+    /// Forgets the APIServices none of whose requests holds a seat.
+    fn prune_held(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|_, c| Arc::strong_count(c) > 1 || c.load(Ordering::SeqCst) > 0);
     }
 }
 
@@ -135,6 +150,8 @@ pub struct FlowControl {
 /// A flow schema in force: its level, UID header and metrics, resolved once.
 struct Schema {
     config: FlowSchema,
+    /// Its name, shared with the request dump's tags.
+    name: Arc<str>,
     uid: HeaderValue,
     level: Arc<Level>,
     metrics: SchemaMetrics,
@@ -370,6 +387,7 @@ impl FlowControl {
                     retry_after: Mutex::new(RetryAfter::default()),
                     apiservice_cap,
                     held: Mutex::default(),
+                    claim_waiters: AtomicUsize::new(0),
                     freed: tokio::sync::Notify::new(),
                     config,
                 };
@@ -382,6 +400,7 @@ impl FlowControl {
             .filter_map(|config| {
                 let level = levels.get(&config.level)?.clone();
                 Some(Arc::new(Schema {
+                    name: config.name.as_str().into(),
                     uid: header(&config.uid),
                     metrics: metrics.schema(&level.config.name, &config.name),
                     level,
@@ -417,6 +436,7 @@ impl FlowControl {
         let fair = borrowing::adjust(&mut adjusting);
         self.metrics.fair.set(fair);
         for (level, next) in levels.iter().zip(adjusting) {
+            level.prune_held();
             *level.smoothed.lock().unwrap_or_else(|e| e.into_inner()) = next.smoothed;
             level.set.set_limit(next.current);
             self.metrics
@@ -460,32 +480,43 @@ impl FlowControl {
         if let Some(name) = apiservice {
             claim = match level.claim(name) {
                 Some(got) => got,
-                None => loop {
-                    let freed = level.freed.notified();
-                    tokio::pin!(freed);
-                    freed.as_mut().enable();
-                    if let Some(got) = level.claim(name) {
-                        break got;
+                None => {
+                    level.claim_waiters.fetch_add(1, Ordering::SeqCst);
+                    let got = loop {
+                        let freed = level.freed.notified();
+                        tokio::pin!(freed);
+                        freed.as_mut().enable();
+                        if let Some(got) = level.claim(name) {
+                            break Some(got);
+                        }
+                        if tokio::time::timeout_at(deadline.into(), freed)
+                            .await
+                            .is_err()
+                        {
+                            break None;
+                        }
+                    };
+                    level.claim_waiters.fetch_sub(1, Ordering::SeqCst);
+                    match got {
+                        Some(got) => got,
+                        None => {
+                            let reason = Reason::ApiServiceLimit;
+                            return Some(Err(self.refuse(schema, headers, reason, true, arrived)));
+                        }
                     }
-                    if tokio::time::timeout_at(deadline.into(), freed)
-                        .await
-                        .is_err()
-                    {
-                        let reason = Reason::ApiServiceLimit;
-                        return Some(Err(self.refuse(schema, headers, reason, true, arrived)));
-                    }
-                },
+                }
             };
         }
-        let distinguisher = classify::distinguisher(&schema.config, id, a);
-        let hash = classify::flow_hash(&schema.config.name, &distinguisher);
-        let tag = Arc::new(Tag {
-            flow_schema: schema.config.name.clone(),
-            distinguisher,
+        let how = schema.config.distinguisher;
+        let distinguisher = classify::distinguisher(how, &id.user, a);
+        let hash = classify::flow_hash(&schema.config.name, distinguisher);
+        let tag = Tag {
+            flow_schema: schema.name.clone(),
+            distinguisher: how,
             user: id.user.clone(),
             attrs: a.clone(),
             arrived: SystemTime::now(),
-        });
+        };
         let m = &schema.metrics;
         let outcome = match level.set.start(hash, 1, tag) {
             Start::Run(seat) => Ok(seat),
@@ -668,10 +699,10 @@ impl FlowControl {
                 let t = &r.tag;
                 let mut row = vec![
                     name.clone(),
-                    t.flow_schema.clone(),
+                    t.flow_schema.to_string(),
                     r.queue.to_string(),
                     r.index.to_string(),
-                    t.distinguisher.clone(),
+                    classify::distinguisher(t.distinguisher, &t.user, &t.attrs).to_string(),
                     rfc3339(t.arrived),
                     r.seats.to_string(),
                     "0".into(),

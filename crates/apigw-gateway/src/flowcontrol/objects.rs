@@ -231,7 +231,10 @@ fn level(name: &str, spec: &Value) -> Result<(Seats, LevelKind), String> {
                             "spec.limited.limitResponse.queuing: queues {queues} and handSize {hand_size}: both positive, handSize at most queues"
                         ));
                     }
-                    if queues > 10_000 || hand_size > 128 || queue_length_limit == 0 {
+                    if queues > 10_000
+                        || hand_size > super::classify::MAX_HAND
+                        || queue_length_limit == 0
+                    {
                         return Err("spec.limited.limitResponse.queuing: at most 10000 queues, a hand of at most 128, a positive queueLengthLimit".into());
                     }
                     LimitResponse::Queue {

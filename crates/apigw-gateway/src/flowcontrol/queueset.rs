@@ -11,7 +11,7 @@
 use super::borrowing::{Demand, Observed};
 use super::classify::deal;
 use crate::authz::Attributes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 use tokio::sync::oneshot;
@@ -59,10 +59,11 @@ pub struct QueueSet {
 }
 
 /// What the request dump shows of a request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Tag {
-    pub flow_schema: String,
-    pub distinguisher: String,
+    pub flow_schema: Arc<str>,
+    /// How its schema distinguishes flows: the dump shows the user, the namespace or nothing.
+    pub distinguisher: Option<super::config::Distinguisher>,
     pub user: String,
     pub attrs: Arc<Attributes>,
     pub arrived: SystemTime,
@@ -74,7 +75,7 @@ pub struct Dumped {
     pub queue: i64,
     pub index: i64,
     pub seats: usize,
-    pub tag: Arc<Tag>,
+    pub tag: Tag,
     pub started: Option<SystemTime>,
 }
 
@@ -86,8 +87,10 @@ struct State {
     waiting_seats: usize,
     demand: Demand,
     executing: usize,
-    /// The executing requests, by id.
-    running: HashMap<u64, Running>,
+    /// The executing requests, by their seat's slot.
+    running: Vec<Option<Running>>,
+    /// Slots of `running` free for the next request.
+    free: Vec<usize>,
     queues: Vec<Queue>,
     /// The queue served last, for round-robin among ties.
     robin: usize,
@@ -103,7 +106,7 @@ struct State {
 struct Running {
     queue: Option<usize>,
     seats: usize,
-    tag: Arc<Tag>,
+    tag: Tag,
     started: SystemTime,
 }
 
@@ -118,7 +121,7 @@ struct Queue {
 struct Waiter {
     id: u64,
     seats: usize,
-    tag: Arc<Tag>,
+    tag: Tag,
     /// Receives the seat once dispatched: a seat sent to a request that has gone is dropped
     /// with the channel, and so given back.
     tx: oneshot::Sender<Seat>,
@@ -127,7 +130,7 @@ struct Waiter {
 /// A request running on the level: its seats, given back when dropped.
 pub struct Seat {
     set: Arc<QueueSet>,
-    id: u64,
+    slot: usize,
     queue: Option<usize>,
     seats: usize,
 }
@@ -138,7 +141,10 @@ impl Drop for Seat {
             let mut st = self.set.lock();
             st.seats_in_use = st.seats_in_use.saturating_sub(self.seats);
             st.executing = st.executing.saturating_sub(1);
-            st.running.remove(&self.id);
+            if let Some(running) = st.running.get_mut(self.slot) {
+                *running = None;
+                st.free.push(self.slot);
+            }
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
@@ -198,7 +204,8 @@ impl QueueSet {
                 waiting_seats: 0,
                 demand: Demand::new(Instant::now()),
                 executing: 0,
-                running: HashMap::new(),
+                running: Vec::new(),
+                free: Vec::new(),
                 queues,
                 robin: 0,
                 enqueues: 0,
@@ -235,13 +242,13 @@ impl QueueSet {
     }
 
     /// Starts a request of flow `hash` needing `seats`.
-    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Arc<Tag>) -> Start {
+    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Tag) -> Start {
         let mut st = self.lock();
         match self.mode {
-            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag)),
+            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag, None)),
             Mode::Reject => {
                 if Self::fits(&st, seats) {
-                    Start::Run(self.run(&mut st, None, seats, tag))
+                    Start::Run(self.run(&mut st, None, seats, tag, None))
                 } else {
                     st.rejected += 1;
                     Start::Rejected(Reason::ConcurrencyLimit)
@@ -253,6 +260,7 @@ impl QueueSet {
                 queue_length_limit,
             } => {
                 let hand = deal(hash, queues, hand_size);
+                let hand = hand.as_slice();
                 let offset = st.enqueues % hand.len().max(1);
                 st.enqueues = st.enqueues.wrapping_add(1);
                 // The hand's queue with the least waiting work, from `offset` on.
@@ -281,7 +289,7 @@ impl QueueSet {
                 if st.waiting_seats == 0 && Self::fits(&st, seats) {
                     // Nothing waits and a seat is free: dispatch would pick this request
                     // from its queue at once; do so without the round trip.
-                    let seat = self.begin(&mut st, chosen, seats, tag);
+                    let seat = self.begin(&mut st, chosen, seats, tag, None);
                     st.note_demand();
                     return Start::Run(seat);
                 }
@@ -339,29 +347,35 @@ impl QueueSet {
         st: &mut State,
         queue: Option<usize>,
         seats: usize,
-        tag: Arc<Tag>,
+        tag: Tag,
+        started: Option<SystemTime>,
     ) -> Seat {
         st.seats_in_use += seats;
         st.executing += 1;
         st.dispatched += 1;
-        st.next_id += 1;
-        let id = st.next_id;
-        let started = SystemTime::now();
-        st.running.insert(
-            id,
-            Running {
-                queue,
-                seats,
-                tag,
-                started,
-            },
-        );
+        // Without a wait, it starts as it arrives.
+        let running = Some(Running {
+            queue,
+            seats,
+            started: started.unwrap_or(tag.arrived),
+            tag,
+        });
+        let slot = match st.free.pop() {
+            Some(slot) => {
+                st.running[slot] = running;
+                slot
+            }
+            None => {
+                st.running.push(running);
+                st.running.len() - 1
+            }
+        };
         if queue.is_none() {
             st.note_demand();
         }
         Seat {
             set: self.clone(),
-            id,
+            slot,
             queue,
             seats,
         }
@@ -401,7 +415,7 @@ impl QueueSet {
                 return unwanted;
             };
             st.waiting_seats = st.waiting_seats.saturating_sub(seats);
-            let seat = self.begin(st, q, seats, waiter.tag);
+            let seat = self.begin(st, q, seats, waiter.tag, Some(SystemTime::now()));
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
@@ -409,13 +423,20 @@ impl QueueSet {
     }
 
     /// Starts a request from queue `q`: the queue's virtual time advances by its work.
-    fn begin(self: &Arc<Self>, st: &mut State, q: usize, seats: usize, tag: Arc<Tag>) -> Seat {
+    fn begin(
+        self: &Arc<Self>,
+        st: &mut State,
+        q: usize,
+        seats: usize,
+        tag: Tag,
+        started: Option<SystemTime>,
+    ) -> Seat {
         st.robin = q;
         let start = st.queues[q].next;
         st.now = st.now.max(start);
         st.queues[q].next = start + seats as f64 * SERVICE;
         st.queues[q].executing += 1;
-        self.run(st, Some(q), seats, tag)
+        self.run(st, Some(q), seats, tag, started)
     }
 
     /// Every waiting and executing request, for `dump_requests`: by queue, the waiting ones
@@ -425,7 +446,8 @@ impl QueueSet {
         let mut out = Vec::new();
         let executing = |queue: Option<usize>| {
             st.running
-                .values()
+                .iter()
+                .flatten()
                 .filter(move |r| r.queue == queue)
                 .map(move |r| Dumped {
                     queue: queue.map_or(-1, |q| q as i64),
@@ -474,10 +496,10 @@ impl QueueSet {
 mod tests {
     use super::*;
 
-    fn tag() -> Arc<Tag> {
-        Arc::new(Tag {
+    fn tag() -> Tag {
+        Tag {
             flow_schema: "test".into(),
-            distinguisher: String::new(),
+            distinguisher: None,
             user: "alice".into(),
             attrs: Arc::new(Attributes::from_request(
                 &http::Method::GET,
@@ -485,7 +507,7 @@ mod tests {
                 None,
             )),
             arrived: SystemTime::now(),
-        })
+        }
     }
 
     fn queue_mode(queues: usize, hand_size: usize, limit: usize) -> Mode {
