@@ -329,7 +329,7 @@ pub async fn run(
             .map(|(_, t)| t.clone())
             .context("the apigw gateway")?;
         let doors = [apigw, cp.kube.clone()];
-        let (rows, figures) = discovery(s, scenario, &doors).await?;
+        let (rows, figures) = discovery(s, scenario, &doors, env.dir.path()).await?;
         out.rows.extend(rows);
         out.figures.extend(figures);
         let watches = s.watches.min(1000);
@@ -375,10 +375,12 @@ async fn request_rates(s: &Settings, targets: &[Target], prefix: &str, path: &st
 }
 
 /// `/apis` legacy and aggregated through each front door, once both list every APIService.
+/// Each door's document is written to `dir` (kept with `APIGW_BENCH_KEEP=1`).
 async fn discovery(
     s: &Settings,
     scenario: &str,
     doors: &[Target],
+    dir: &Path,
 ) -> anyhow::Result<(Vec<Row>, Vec<Figure>)> {
     let mut rows = Vec::new();
     let mut figures = Vec::new();
@@ -392,10 +394,11 @@ async fn discovery(
             };
             job.proto = Proto::H1;
             let doc = await_listing(door, &job).await?;
+            write(&dir.join(format!("{name}-{}.json", door.name)), &doc)?;
             figures.push(Figure::new(
                 &name,
                 &format!("{} /apis bytes", door.name),
-                doc as f64,
+                doc.len() as f64,
                 "bytes",
             ));
             targets.push(door.clone());
@@ -414,14 +417,14 @@ async fn discovery(
 
 /// Fetches `/apis` through `door` until it lists every benchmark group (kube-aggregator
 /// merges a new APIService's discovery some seconds after it becomes available); its size.
-async fn await_listing(door: &Target, job: &super::load::Job) -> anyhow::Result<usize> {
+async fn await_listing(door: &Target, job: &super::load::Job) -> anyhow::Result<Vec<u8>> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let last = format!("g{:03}.bench.example.com", DISCOVERY_SERVICES - 2);
     loop {
         let doc = scenarios::fetch(door, job).await?;
         let text = String::from_utf8_lossy(&doc);
         if text.contains(&last) && text.contains("wardle.example.com") {
-            return Ok(doc.len());
+            return Ok(doc);
         }
         anyhow::ensure!(
             Instant::now() < deadline,

@@ -1,6 +1,9 @@
 // discovery.go owns discovery (/api, /api/v1, /apis with the aggregated v2 form,
 // /apis/interop.example.com, /apis/interop.example.com/v1) and OpenAPI (/openapi/v2,
-// /openapi/v3 and its group-version document), all with ETags.
+// /openapi/v3 and its group-version document), all with ETags. It also answers the resource
+// list of /apis/interop.example.com/v1beta1, a version its aggregated /apis leaves out, as a
+// backend mid-upgrade may: an APIService for it is available, and kube-aggregator lists the
+// version without resources.
 package main
 
 import (
@@ -60,6 +63,12 @@ var (
 			obj("name", resource+"/exec", "singularName", "", "namespaced", true, "kind", "WidgetExecOptions",
 				"verbs", []string{"create", "get"}),
 		)))
+	// The unlisted version: only its legacy resource list.
+	unlistedVersion         = "v1beta1"
+	docUnlistedResourceList = newDocument(obj("kind", "APIResourceList", "apiVersion", "v1",
+		"groupVersion", group+"/"+unlistedVersion,
+		"resources", arr(obj("name", resource, "singularName", "widget", "namespaced", true,
+			"kind", "Widget", "verbs", widgetVerbs))))
 	aggregatedResource = obj(
 		"resource", resource,
 		"responseKind", obj("group", group, "version", version, "kind", "Widget"),
@@ -176,6 +185,10 @@ func (s *server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 	case apiPrefix:
 		if readOnly(w, r) {
 			serveDocument(w, r, docResourceList, "application/json")
+		}
+	case "/apis/" + group + "/" + unlistedVersion:
+		if readOnly(w, r) {
+			serveDocument(w, r, docUnlistedResourceList, "application/json")
 		}
 	case "/openapi/v2", "/openapi/v3", openAPIV3GroupPath:
 		if !readOnly(w, r) {

@@ -268,8 +268,9 @@ enum EntryError {
 }
 
 /// This APIService's version entry in its backend's aggregated `/apis`; None when the backend
-/// serves only legacy discovery, or its aggregated list lacks this group version (the
-/// APIResourceList of the check then stands in); an error when it could not be asked.
+/// serves only legacy discovery (the APIResourceList of the check then stands in). When its
+/// aggregated list lacks this group version, the version without resources, as
+/// kube-aggregator lists it. An error when the backend could not be asked.
 async fn aggregated_entry(
     proxy: &Proxy,
     fetcher: &Fetcher,
@@ -285,7 +286,12 @@ async fn aggregated_entry(
         .get(&key, &backend, "/apis", AGGREGATED_ACCEPT, cycle, timeout)
         .await?;
     Ok(match answer.as_ref() {
-        Answer::Aggregated(index) => index.get(&svc.group, &svc.version).cloned(),
+        Answer::Aggregated(index) => Some(
+            index
+                .get(&svc.group, &svc.version)
+                .cloned()
+                .unwrap_or_else(|| Arc::new(serde_json::json!({"version": svc.version}))),
+        ),
         Answer::Legacy(_) => None,
     })
 }

@@ -82,11 +82,14 @@ fn version_entry(svc: &ApiService, state: &State) -> Value {
         (None, Some(list)) => Value::Array(resources(list, &svc.group, &svc.version)),
         (None, None) => Value::Array(Vec::new()),
     };
-    json!({
-        "version": svc.version,
-        "resources": resources,
-        "freshness": if fresh { "Current" } else { "Stale" },
-    })
+    let freshness = if fresh { "Current" } else { "Stale" };
+    match resources {
+        // Upstream leaves an empty list out.
+        Value::Array(r) if r.is_empty() => json!({"version": svc.version, "freshness": freshness}),
+        resources => {
+            json!({"version": svc.version, "resources": resources, "freshness": freshness})
+        }
+    }
 }
 
 /// One group of the list as JSON text, around its already rendered version entries.
@@ -96,7 +99,7 @@ pub fn group_json(name: &str, versions: &[Arc<str>]) -> String {
     let mut out = String::with_capacity(len + quoted.len() + 64);
     out.push_str(r#"{"metadata":{"name":"#);
     out.push_str(&quoted);
-    out.push_str(r#","creationTimestamp":null},"versions":["#);
+    out.push_str(r#"},"versions":["#);
     for (i, v) in versions.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -200,7 +203,7 @@ pub fn resources(list: &Value, group: &str, version: &str) -> Vec<Value> {
 pub fn apiregistration_item() -> Value {
     let list = crate::apiservices::resource_list();
     json!({
-        "metadata": {"name": crate::apiservices::GROUP, "creationTimestamp": null},
+        "metadata": {"name": crate::apiservices::GROUP},
         "versions": [{"version": "v1", "resources": resources(&list, crate::apiservices::GROUP, "v1"), "freshness": "Current"}]
     })
 }
