@@ -210,6 +210,10 @@ jwt:
     message: no nodes
 """,
 ]
+# Found by fuzzing: operator chains that overflowed a 2 MiB stack in the CEL parser
+# (expr.rs, long_operator_chains_are_refused_before_parsing).
+ISSUER = HEAD + "- issuer: {url: 'https://a.example', audiences: [x]}\n  claimMappings:\n    username: {expression: '%s'}\n"
+CONFIGS += [ISSUER % ("claims" + ".a" * 4500), ISSUER % ("1" + "+1" * 4900)]
 for c in CONFIGS:
     write("authn_config", c)
 
