@@ -8,9 +8,11 @@
 //! and port in range) and validates again, unchanged, from the object it keeps.
 #![no_main]
 
+mod common;
+
 use apigw_gateway::registry::{dns1123_subdomain, parse_manifest, ApiService};
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

@@ -8,13 +8,15 @@
 //! URL and an audience, and what it accepts maps to a non-empty user.
 #![no_main]
 
+mod common;
+
 use apigw_gateway::authn::jwt::AuthenticationConfiguration;
 use apigw_gateway::fuzzing::jwt_claims_identity;
 use serde_json::{json, Map, Value};
 
 const NOW: f64 = 1_800_000_000.0;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

@@ -13,6 +13,8 @@
 //! rendering the same state again gives the same bytes.
 #![no_main]
 
+mod common;
+
 use apigw_gateway::availability::{Condition, State};
 use apigw_gateway::discovery::{aggregated, openapi, render::RenderCache};
 use apigw_gateway::proxy::fetch::{parse, Answer};
@@ -43,7 +45,7 @@ fn services() -> &'static [ApiService] {
     })
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
         return;
     };

@@ -16,7 +16,7 @@ mod common;
 use apigw_gateway::fuzzing::{check_path, host_of};
 use http::{header, Version};
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Some(req) = common::request(data) else {
         return;
     };

@@ -14,11 +14,13 @@
 //! `Name: value` lines.
 #![no_main]
 
+mod common;
+
 use apigw_gateway::authn::{Identity, IdentityHeaders};
 use apigw_gateway::proxy::{remove_hop_by_hop, set_identity, Forwarded};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let mut next = || lines.next().unwrap_or_default();

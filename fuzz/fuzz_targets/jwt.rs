@@ -13,6 +13,8 @@
 //! prefixes.
 #![no_main]
 
+mod common;
+
 use apigw_gateway::authn::jwt::{AuthenticationConfiguration, IssuerSettings, KeySet};
 use apigw_gateway::authn::Identity;
 use apigw_gateway::fuzzing::{jwt_claims_identity, jwt_crypto, jwt_verify};
@@ -73,7 +75,7 @@ fn setup() -> &'static Setup {
     })
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

@@ -8,6 +8,8 @@
 //! the review handlers read (an object of strings, a namespace string, or null).
 #![no_main]
 
+mod common;
+
 use apigw_gateway::fuzzing::review_spec;
 use serde_json::Value;
 
@@ -17,7 +19,7 @@ const RESOURCES: [&str; 3] = [
     "selfsubjectreviews",
 ];
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Some((&pick, body)) = data.split_first() else {
         return;
     };

@@ -15,7 +15,7 @@ use apigw_gateway::fuzzing::{RequestInfo, RequestKind};
 use http::{header, Version};
 use std::time::{Duration, Instant};
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Some(req) = common::request(data) else {
         return;
     };

@@ -26,7 +26,7 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
 ];
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Some(req) = common::request(data) else {
         return;
     };
