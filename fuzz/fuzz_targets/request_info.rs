@@ -30,7 +30,8 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
         Instant::now(),
         Duration::from_secs(60),
     );
-    let a = &info.attrs;
+    // Annotated: `attrs` is shared (an `Arc`) on main, a plain value before.
+    let a: &Attributes = &info.attrs;
     assert_eq!(
         a,
         &Attributes::from_request(req.method(), uri.path(), uri.query()),
