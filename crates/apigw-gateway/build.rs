@@ -13,8 +13,12 @@ fn main() {
     let git_dir = git(&["rev-parse", "--git-dir"]);
     if let Some(dir) = &git_dir {
         let dir = Path::new(dir);
-        for file in ["HEAD", "packed-refs"] {
-            let path = dir.join(file);
+        // In a linked worktree (`git worktree add`) HEAD is the worktree's own, while branches
+        // and packed-refs live in the common directory: watching a path that does not exist
+        // would make cargo rerun this script, and rebuild the crate, on every build.
+        let common = git(&["rev-parse", "--git-common-dir"]);
+        let common = common.as_deref().map_or(dir, Path::new);
+        for path in [dir.join("HEAD"), common.join("packed-refs")] {
             if path.exists() {
                 println!("cargo:rerun-if-changed={}", path.display());
             }
@@ -22,12 +26,12 @@ fn main() {
         // The branch HEAD names moves on every commit while HEAD itself stays the same.
         if let Ok(head) = std::fs::read_to_string(dir.join("HEAD")) {
             if let Some(reference) = head.strip_prefix("ref: ") {
-                let path = dir.join(reference.trim());
+                let path = common.join(reference.trim());
                 // A branch only in packed-refs gets its own file on its next commit.
                 let watched = if path.exists() {
                     path
                 } else {
-                    dir.join("refs").join("heads")
+                    common.join("refs").join("heads")
                 };
                 println!("cargo:rerun-if-changed={}", watched.display());
             }

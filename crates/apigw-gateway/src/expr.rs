@@ -12,6 +12,11 @@ use std::sync::{Arc, LazyLock};
 /// work on pathological input is unbounded (cel-rust issues 305/306).
 const MAX_LEN: usize = 10 * 1024;
 const MAX_NESTING: usize = 32;
+/// At most this many operators outside string literals. The parser, and the evaluator after
+/// it, recurse once per operator of a chain (`a.b.c...`, `1+1+1...`): about 4,000 of them fit
+/// in 10 KiB and overflow a 2 MiB thread stack (a tokio worker's), which aborts the process.
+/// cel's own recursion limit counts only bracket nesting. Found by fuzzing (`authn_config`).
+const MAX_OPERATORS: usize = 256;
 
 /// The environment every expression compiles and runs in.
 fn environment() -> Result<&'static Arc<cel::Env>, ExprError> {
@@ -38,6 +43,8 @@ pub enum ExprError {
     TooLong,
     #[error("expression nested deeper than {MAX_NESTING}")]
     TooDeep,
+    #[error("expression with more than {MAX_OPERATORS} operators")]
+    TooManyOperators,
     /// The CEL environment (built once) failed to build.
     #[error("the CEL environment: {0}")]
     Env(String),
@@ -166,6 +173,48 @@ impl PartialEq for Expression {
     }
 }
 
+/// The operator characters of `source` outside its string literals (`'...'`, `"..."`, their
+/// triple-quoted and raw forms): an upper bound on the length of any operator chain in it. A
+/// quote that is never closed starts no literal, so it hides nothing from the count.
+fn operators(source: &str) -> usize {
+    let b = source.as_bytes();
+    let mut count = 0;
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'\'' || c == b'"' {
+            let raw = i > 0 && matches!(b[i - 1], b'r' | b'R');
+            let triple = b.get(i..i + 3) == Some(&[c, c, c][..]);
+            let open = if triple { 3 } else { 1 };
+            if let Some(end) = literal_end(b, i + open, c, triple, raw) {
+                i = end;
+                continue;
+            }
+        } else if b".[(!-+*/%<>=&|?".contains(&c) {
+            count += 1;
+        }
+        i += 1;
+    }
+    count
+}
+
+/// Where the string literal whose body starts at `from` ends (just past its closing quote), or
+/// None when it is never closed.
+fn literal_end(b: &[u8], from: usize, quote: u8, triple: bool, raw: bool) -> Option<usize> {
+    let mut i = from;
+    while let Some(&c) = b.get(i) {
+        if c == b'\\' && !raw {
+            i += 2;
+        } else if c == quote && !triple {
+            return Some(i + 1);
+        } else if c == quote && b.get(i..i + 3) == Some(&[quote, quote, quote][..]) {
+            return Some(i + 3);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
 impl Expression {
     /// Compiles `source`; it may use only the variables in `allowed`.
     pub fn compile(source: &str, allowed: &[&str]) -> Result<Self, ExprError> {
@@ -184,6 +233,9 @@ impl Expression {
                 ')' | ']' | '}' => depth = depth.saturating_sub(1),
                 _ => {}
             }
+        }
+        if operators(source) > MAX_OPERATORS {
+            return Err(ExprError::TooManyOperators);
         }
         let env = environment()?;
         let program = env.compile(source).map_err(ExprError::Compile)?;
@@ -332,4 +384,70 @@ pub fn user(id: &crate::authn::Identity) -> cel::Value {
     cel::Value::Map(cel::objects::Map {
         map: Arc::new(fields),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles on a thread with a tokio worker's 2 MiB stack, where an expression is compiled
+    /// on a reload and evaluated per request.
+    fn compile_on_worker_stack(source: String) -> Result<(), String> {
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                Expression::compile(&source, &["claims"])
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .expect("spawn")
+            .join()
+            .expect("no panic")
+    }
+
+    /// Regression (fuzz target `authn_config`): a chain of 4,000 selects, or of additions,
+    /// within the length and nesting limits overflowed a 2 MiB stack in the parser (SIGSEGV,
+    /// the whole gateway). Now refused with a clear error before parsing.
+    #[test]
+    fn long_operator_chains_are_refused_before_parsing() {
+        for chain in [
+            format!("claims{}", ".a".repeat(4500)),
+            format!("1{}", "+1".repeat(4900)),
+            format!("{}1", "-".repeat(9000)),
+        ] {
+            assert!(chain.len() <= MAX_LEN);
+            assert_eq!(
+                compile_on_worker_stack(chain),
+                Err(format!(
+                    "expression with more than {MAX_OPERATORS} operators"
+                ))
+            );
+        }
+        // At the limit, it compiles on the same stack.
+        let most = format!("claims{}", ".a".repeat(MAX_OPERATORS));
+        assert_eq!(compile_on_worker_stack(most), Ok(()));
+    }
+
+    #[test]
+    fn operators_inside_string_literals_are_not_counted() {
+        let dots = ".".repeat(600);
+        for source in [
+            format!("claims.email.endsWith('{dots}')"),
+            format!("claims.email.endsWith(\"{dots}\\\"{dots}\")"),
+            format!("claims.email.endsWith('''{dots}'{dots}''')"),
+        ] {
+            assert_eq!(operators(&source), 3, "{source}");
+            assert_eq!(compile_on_worker_stack(source), Ok(()));
+        }
+        assert_eq!(operators(&format!("claims.x.endsWith(r'\\{dots}')")), 3);
+        // A quote never closed hides nothing.
+        let open = format!("'{}", "+1".repeat(300));
+        assert_eq!(operators(&open), 300);
+        assert_eq!(
+            compile_on_worker_stack(open),
+            Err(format!(
+                "expression with more than {MAX_OPERATORS} operators"
+            ))
+        );
+    }
 }

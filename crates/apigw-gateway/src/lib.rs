@@ -14,6 +14,8 @@ pub mod config;
 pub mod discovery;
 pub mod expr;
 pub mod flowcontrol;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 mod metrics;
 pub mod proxy;

@@ -10,7 +10,7 @@ use http::{header, HeaderValue, Request, Version};
 
 /// The request's validated host (None: it names none, as an HTTP/1.0 request may), or the 400
 /// to answer.
-pub(super) fn of<B>(req: &Request<B>) -> Result<Option<HeaderValue>, Status> {
+pub(crate) fn of<B>(req: &Request<B>) -> Result<Option<HeaderValue>, Status> {
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let host = hosts.next();
     if hosts.next().is_some() {

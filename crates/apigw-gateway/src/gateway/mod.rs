@@ -6,11 +6,11 @@
 mod access;
 mod dispatch;
 mod health;
-mod host;
+pub(crate) mod host;
 mod limits;
-mod paths;
+pub(crate) mod paths;
 mod pipeline;
-mod protobuf;
+pub(crate) mod protobuf;
 mod reviews;
 mod route;
 #[cfg(test)]

@@ -195,7 +195,12 @@ impl JwtAuthenticator {
     }
 }
 
-type Refusal = (Reason, String, Option<jsonwebtoken::errors::Error>);
+/// Installs the signature provider every verification uses (once; later calls do nothing).
+pub(crate) fn install_crypto() -> Result<(), jsonwebtoken::errors::Error> {
+    crypto::install()
+}
+
+pub(crate) type Refusal = (Reason, String, Option<jsonwebtoken::errors::Error>);
 
 fn refuse((reason, detail): claims::Failure) -> Refusal {
     (reason, detail, None)
@@ -203,10 +208,8 @@ fn refuse((reason, detail): claims::Failure) -> Refusal {
 
 impl Issuer {
     async fn verify(&self, token: &str) -> Result<Identity, Refusal> {
-        let alg = check_alg(token)?;
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|e| (Reason::MalformedToken, "bad header".to_string(), Some(e)))?;
-        let kid = header.kid.as_deref();
+        let (alg, kid) = token_header(token)?;
+        let kid = kid.as_deref();
         let mut set = match self.keys.current() {
             Some(set) => set,
             None => self.keys.refresh().await.ok_or_else(|| {
@@ -225,19 +228,37 @@ impl Issuer {
             }
         }
         let claims = verify_signature(token, alg, kid, &set)?;
-        if claims.get("iss").and_then(Value::as_str) != Some(self.settings.url.as_str()) {
-            return Err((Reason::MalformedClaims, "iss does not match".into(), None));
-        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or_default();
-        claims::check_times(&claims, now).map_err(refuse)?;
-        claims::check_audience(&claims, &self.settings.audiences).map_err(refuse)?;
-        let mut cel = claims::CelClaims::new(&claims);
-        claims::check_rules(&mut cel, &self.settings).map_err(refuse)?;
-        claims::map_identity(&mut cel, &self.settings).map_err(refuse)
+        claims_identity(&self.settings, &claims, now)
     }
+}
+
+/// A token's allowed `alg` and its `kid`, read before any key is looked at.
+pub(crate) fn token_header(token: &str) -> Result<(Algorithm, Option<String>), Refusal> {
+    let alg = check_alg(token)?;
+    let header = jsonwebtoken::decode_header(token)
+        .map_err(|e| (Reason::MalformedToken, "bad header".to_string(), Some(e)))?;
+    Ok((alg, header.kid))
+}
+
+/// Verified claims checked against one issuer's settings at `now` (seconds since the epoch)
+/// and mapped to an identity: `iss`, times, audience, claim rules, then the mappings.
+pub(crate) fn claims_identity(
+    settings: &IssuerSettings,
+    claims: &Map<String, Value>,
+    now: f64,
+) -> Result<Identity, Refusal> {
+    if claims.get("iss").and_then(Value::as_str) != Some(settings.url.as_str()) {
+        return Err((Reason::MalformedClaims, "iss does not match".into(), None));
+    }
+    claims::check_times(claims, now).map_err(refuse)?;
+    claims::check_audience(claims, &settings.audiences).map_err(refuse)?;
+    let mut cel = claims::CelClaims::new(claims);
+    claims::check_rules(&mut cel, settings).map_err(refuse)?;
+    claims::map_identity(&mut cel, settings).map_err(refuse)
 }
 
 /// The header's `alg` when it is one of [`ALGORITHMS`]; read before anything else so `none`
@@ -264,7 +285,7 @@ fn check_alg(token: &str) -> Result<Algorithm, Refusal> {
 }
 
 /// The claims when one key of `set` (the one named `kid`, else any fitting `alg`) verifies.
-fn verify_signature(
+pub(crate) fn verify_signature(
     token: &str,
     alg: Algorithm,
     kid: Option<&str>,
