@@ -40,6 +40,40 @@ async fn behind_gateway(world: &World, opts: GoOpts) -> (GoAddon, support::Gatew
     (addon, gw)
 }
 
+/// Ordinary requests go to a backend that offers both protocols over pooled HTTP/1.1 by
+/// default, and over HTTP/2 with `--backend-http2-requests`, as Go's own log of each request
+/// says (its protocol, method and path).
+#[tokio::test(flavor = "multi_thread")]
+async fn ordinary_requests_take_http2_when_asked() {
+    for http2_requests in [false, true] {
+        let world = World::new();
+        let addon = GoAddon::start(&world, GoOpts::default()).await;
+        addon.register(&world);
+        let mut cfg = world.config(&[]);
+        addon.resolve(&mut cfg);
+        cfg.proxy.http2_requests = http2_requests;
+        let gw = world.gateway(cfg).await;
+        let alice = world.client(Some("alice"));
+        let listed = support::eventually(20, || {
+            let alice = alice.clone();
+            async move { alice.get(gw.addr, WIDGETS).await.status == 200 }
+        })
+        .await;
+        assert!(listed, "the Go addon never answered through the gateway");
+        let log = std::fs::read_to_string(&addon.log).unwrap_or_default();
+        let protocol = if http2_requests {
+            "HTTP/2.0"
+        } else {
+            "HTTP/1.1"
+        };
+        let line = format!(r#"GET {protocol} host="widgets.interop.svc:443" uri="{WIDGETS}""#);
+        assert!(
+            log.contains(&line),
+            "--backend-http2-requests={http2_requests}: no {line:?} in\n{log}"
+        );
+    }
+}
+
 /// A TLS connection to the gateway as alice, offering HTTP/1.1 only.
 async fn alice_tls(
     world: &World,

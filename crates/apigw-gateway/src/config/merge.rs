@@ -397,6 +397,7 @@ fn proxy(f: &ProxyFlags, file: ProxyFlags, cx: &mut Cx) -> (BackendSettings, Opt
         proxy_client,
         delegate,
         drop_groups: list(&f.backend_drop_groups, file.backend_drop_groups),
+        http2_requests: f.backend_http2_requests || file.backend_http2_requests,
     };
     (settings, apiservice_dir)
 }

@@ -216,6 +216,11 @@ section! {
             display_order = 37
         )]
         pub backend_drop_groups: Vec<String> = "backendDropGroups",
+        /// Send every request but upgrades to a backend over shared HTTP/2 connections when
+        /// it offers h2, as Go's transport and kube-aggregator do; without it, ordinary
+        /// requests use a pool of HTTP/1.1 connections and watches HTTP/2.
+        #[arg(long, help_heading = "Backends", display_order = 38)]
+        pub backend_http2_requests: bool = "backendHttp2Requests",
     }
 }
 

@@ -136,6 +136,7 @@ impl Gateway {
             metrics: metrics.clone(),
             closing: closing.clone(),
             drop_groups: cfg.proxy.drop_groups.clone(),
+            http2_requests: cfg.proxy.http2_requests,
             max_body: cfg.limits.max_request_body_bytes,
         })?;
         let tls = tls::server_config(serving, certs.handshake_verifier()).context("serving TLS")?;

@@ -135,6 +135,7 @@ pub struct Proxy {
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
+    http2_requests: bool,
     max_body: Option<usize>,
 }
 
@@ -152,6 +153,8 @@ pub struct ProxySettings {
     pub closing: tokio_util::sync::CancellationToken,
     /// Groups never forwarded to backends.
     pub drop_groups: Vec<String>,
+    /// Every request but upgrades over HTTP/2 when the backend offers it.
+    pub http2_requests: bool,
     /// Largest request body of a non-streaming request (not GET, watch or upgrade); None: any.
     pub max_body: Option<usize>,
 }
@@ -196,6 +199,7 @@ impl Proxy {
                     None => None,
                 };
                 let mut backend = Backend::new(
+                    settings.http2_requests,
                     BackendKey {
                         host: d.host,
                         port: d.port,
@@ -221,6 +225,7 @@ impl Proxy {
             metrics: settings.metrics,
             closing: settings.closing,
             drop_groups: settings.drop_groups,
+            http2_requests: settings.http2_requests,
             max_body: settings.max_body,
         })
     }
@@ -308,8 +313,14 @@ impl Proxy {
             insecure: svc.insecure_skip_tls_verify,
         };
         let backend = Arc::new(
-            Backend::new(key, trust, self.proxy_cert.clone(), self.resolver.clone())
-                .map_err(SetupError::unavailable)?,
+            Backend::new(
+                self.http2_requests,
+                key,
+                trust,
+                self.proxy_cert.clone(),
+                self.resolver.clone(),
+            )
+            .map_err(SetupError::unavailable)?,
         );
         backends.insert(svc.name.clone(), backend.clone());
         Ok(backend)
@@ -333,6 +344,7 @@ impl Proxy {
 
 impl Backend {
     fn new(
+        http2_requests: bool,
         key: BackendKey,
         trust: Trust<'_>,
         proxy_cert: Option<ProxyClientCert>,
@@ -353,6 +365,7 @@ impl Backend {
             tls(&[b"h2", b"http/1.1"])?,
             resolver.clone(),
             CONNECT_TIMEOUT,
+            http2_requests,
         )?;
         Ok(Self {
             key,

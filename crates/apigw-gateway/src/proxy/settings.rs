@@ -20,6 +20,8 @@ pub struct BackendSettings {
     pub delegate: Option<Delegate>,
     /// Groups removed from the identity sent to backends.
     pub drop_groups: Vec<String>,
+    /// Every request but upgrades over HTTP/2 when the backend offers it (else watches only).
+    pub http2_requests: bool,
 }
 
 /// The main API server requests go to when no APIService claims them.

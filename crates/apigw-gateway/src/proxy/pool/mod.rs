@@ -100,6 +100,8 @@ pub struct Pool {
     h2_tls: Arc<rustls::ClientConfig>,
     resolver: Arc<Resolver>,
     connect_timeout: Duration,
+    /// Ordinary requests over HTTP/2 too when the endpoint offers it (`--backend-http2-requests`).
+    http2_requests: bool,
     endpoints: ArcSwap<Endpoints>,
     refreshing: tokio::sync::Mutex<()>,
 }
@@ -138,6 +140,7 @@ impl Pool {
         h2_tls: rustls::ClientConfig,
         resolver: Arc<Resolver>,
         connect_timeout: Duration,
+        http2_requests: bool,
     ) -> Result<Self, PoolError> {
         let server_name =
             ServerName::try_from(host.clone()).map_err(|source| PoolError::ServerName {
@@ -165,6 +168,7 @@ impl Pool {
             h2_tls: Arc::new(h2_tls),
             resolver,
             connect_timeout,
+            http2_requests,
             endpoints: ArcSwap::default(),
             refreshing: tokio::sync::Mutex::new(()),
         })
@@ -292,7 +296,10 @@ impl Pool {
             RequestKind::Watch => !endpoint.no_h2.load(Ordering::Relaxed),
             // An upgrade needs HTTP/1.1 (RFC 8441's extended CONNECT is not spoken here).
             RequestKind::Upgrade => false,
-            RequestKind::Short | RequestKind::Stream => endpoint.h2_only.load(Ordering::Relaxed),
+            RequestKind::Short | RequestKind::Stream => {
+                endpoint.h2_only.load(Ordering::Relaxed)
+                    || (self.http2_requests && !endpoint.no_h2.load(Ordering::Relaxed))
+            }
         };
         if h2 {
             return self.attempt_h2(endpoint, req).await;
