@@ -22,10 +22,20 @@ const WIDGETS: &str = "/apis/interop.example.com/v1/namespaces/default/widgets";
 /// A gateway in front of the Go addon (registered as `v1.interop.example.com`), once the
 /// addon is available through it.
 async fn behind_gateway(world: &World, opts: GoOpts) -> (GoAddon, support::Gateway) {
+    behind_gateway_with(world, opts, |_| {}).await
+}
+
+/// [`behind_gateway`], with the gateway's configuration changed by `configure` first.
+async fn behind_gateway_with(
+    world: &World,
+    opts: GoOpts,
+    configure: impl FnOnce(&mut apigw_gateway::config::Config),
+) -> (GoAddon, support::Gateway) {
     let addon = GoAddon::start(world, opts).await;
     addon.register(world);
     let mut cfg = world.config(&[]);
     addon.resolve(&mut cfg);
+    configure(&mut cfg);
     let gw = world.gateway(cfg).await;
     let alice = world.client(Some("alice"));
     let available = support::eventually(20, || {
@@ -47,19 +57,11 @@ async fn behind_gateway(world: &World, opts: GoOpts) -> (GoAddon, support::Gatew
 async fn ordinary_requests_take_http2_when_asked() {
     for http2_requests in [false, true] {
         let world = World::new();
-        let addon = GoAddon::start(&world, GoOpts::default()).await;
-        addon.register(&world);
-        let mut cfg = world.config(&[]);
-        addon.resolve(&mut cfg);
-        cfg.proxy.http2_requests = http2_requests;
-        let gw = world.gateway(cfg).await;
-        let alice = world.client(Some("alice"));
-        let listed = support::eventually(20, || {
-            let alice = alice.clone();
-            async move { alice.get(gw.addr, WIDGETS).await.status == 200 }
+        // Waits for a list through the gateway to answer 200.
+        let (addon, _gw) = behind_gateway_with(&world, GoOpts::default(), |cfg| {
+            cfg.proxy.http2_requests = http2_requests
         })
         .await;
-        assert!(listed, "the Go addon never answered through the gateway");
         let log = std::fs::read_to_string(&addon.log).unwrap_or_default();
         let protocol = if http2_requests {
             "HTTP/2.0"

@@ -139,6 +139,23 @@ pub fn client_configs(
     Ok((Arc::new(h1), Arc::new(h2)))
 }
 
+/// `apigw sample-apiserver` on loopback `port`, serving `cert` and trusting front proxies
+/// from `proxy_ca`, its log at `warn`.
+pub fn sample_command(exe: &Path, port: u16, cert: (&Path, &Path), proxy_ca: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.arg("sample-apiserver")
+        .args(["--bind-address", "127.0.0.1", "--secure-port"])
+        .arg(port.to_string())
+        .arg("--tls-cert-file")
+        .arg(cert.0)
+        .arg("--tls-private-key-file")
+        .arg(cert.1)
+        .arg("--requestheader-client-ca-file")
+        .arg(proxy_ca)
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
 /// The dev PKI, the sample server and the targets reaching it.
 pub struct Env {
     pub dir: TempDir,
@@ -175,17 +192,12 @@ impl Env {
         };
         let port = free_port()?;
         let pki = dir.path().join("pki");
-        let mut cmd = Command::new(&exe);
-        cmd.arg("sample-apiserver")
-            .args(["--bind-address", "127.0.0.1", "--secure-port"])
-            .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(pki.join("wardle.crt"))
-            .arg("--tls-private-key-file")
-            .arg(pki.join("wardle.key"))
-            .arg("--requestheader-client-ca-file")
-            .arg(pki.join("front-proxy-ca.crt"))
-            .env("RUST_LOG", "warn");
+        let cmd = sample_command(
+            &exe,
+            port,
+            (&pki.join("wardle.crt"), &pki.join("wardle.key")),
+            &pki.join("front-proxy-ca.crt"),
+        );
         let sample = Proc::spawn("sample-apiserver", cmd, dir.path())?;
         let front = client_configs(
             &pki.join("ca.crt"),

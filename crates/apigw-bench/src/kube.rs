@@ -24,7 +24,7 @@
 //! the small-GET backend: `/apis` legacy and aggregated with 50 APIServices, idle watches
 //! (memory per watch), and the big list (throughput and memory growth).
 
-use super::env::{client_configs, free_port, wait_ready, Env, Proc};
+use super::env::{client_configs, free_port, sample_command, wait_ready, Env, Proc};
 use super::load::{Proto, Target};
 use super::scenarios::{self, small_get_variants, AGGREGATED, PAYLOAD};
 use super::stats::children;
@@ -528,19 +528,15 @@ async fn small_get_backend(
     scenario: &str,
 ) -> anyhow::Result<(Proc, SocketAddr)> {
     let port = free_port()?;
-    let mut cmd = Command::new(&env.exe);
-    cmd.arg("sample-apiserver")
-        .args(["--bind-address", "127.0.0.1", "--secure-port"])
-        .arg(port.to_string())
-        .arg("--tls-cert-file")
-        .arg(cp.file("wardle-serving.crt"))
-        .arg("--tls-private-key-file")
-        .arg(cp.file("wardle-serving.key"))
-        .arg("--requestheader-client-ca-file")
-        .arg(cp.file("front-proxy-ca.crt"))
-        // kube-aggregator's certificate and apigw's, as kube-apiserver allows them.
-        .arg("--requestheader-allowed-names=front-proxy-client,apigw")
-        .env("RUST_LOG", "warn");
+    let cert = (cp.file("wardle-serving.crt"), cp.file("wardle-serving.key"));
+    let mut cmd = sample_command(
+        &env.exe,
+        port,
+        (&cert.0, &cert.1),
+        &cp.file("front-proxy-ca.crt"),
+    );
+    // kube-aggregator's certificate and apigw's, as kube-apiserver allows them.
+    cmd.arg("--requestheader-allowed-names=front-proxy-client,apigw");
     let mut proc = Proc::spawn(&format!("{scenario}-backend"), cmd, env.dir.path())?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let direct = cp.direct(addr, Vec::new())?;
