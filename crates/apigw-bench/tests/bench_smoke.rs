@@ -101,3 +101,60 @@ fn quick_bench_runs_without_errors() {
         .expect("the Markdown report")
         .contains("| small-get | apigw |"));
 }
+
+/// `apigw-bench --quick --scenarios kube-aggregator`: upstream's control plane (scripts/upstream
+/// builds it, as the README's test command does first) and apigw in front of the same backends;
+/// every row has requests and no errors, kube-aggregator's among them, and both front doors
+/// serve the same legacy `/apis` for the 50 APIServices, byte for byte in length.
+#[test]
+fn quick_bench_runs_against_kube_aggregator() {
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json = dir.path().join("bench.json");
+    let out = Command::new(bench)
+        .args(["--quick", "--no-install", "--no-peers", "--no-log-target"])
+        .args(["--concurrency", "8", "--scenarios", "kube-aggregator"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(dir.path().join("bench.md"))
+        .output()
+        .expect("running apigw-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "apigw-bench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+            .expect("valid JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    for (scenario, target) in [
+        ("kube-aggregator-sample", "kube-aggregator"),
+        ("kube-aggregator-sample", "apigw"),
+        ("kube-aggregator-small-get-h2", "kube-aggregator"),
+        ("kube-aggregator-small-get-h2", "apigw-no-apf"),
+    ] {
+        assert!(
+            rows.iter().any(|r| r["scenario"] == scenario
+                && r["target"] == target
+                && r["requests"].as_u64() > Some(0)
+                && r["errors"] == 0),
+            "no {target} row in {scenario}: {stdout}"
+        );
+    }
+    let figures = report["figures"].as_array().expect("figures");
+    let size = |door: &str| {
+        figures
+            .iter()
+            .find(|f| {
+                f["scenario"] == "kube-aggregator-discovery-legacy"
+                    && f["name"] == format!("{door} /apis bytes")
+            })
+            .and_then(|f| f["value"].as_f64())
+    };
+    assert!(size("apigw").is_some(), "{stdout}");
+    assert_eq!(size("apigw"), size("kube-aggregator"), "{stdout}");
+}
