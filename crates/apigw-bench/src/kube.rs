@@ -386,14 +386,12 @@ async fn discovery(
     let mut figures = Vec::new();
     for (form, accept) in [("legacy", None), ("aggregated", Some(AGGREGATED))] {
         let name = format!("{scenario}-discovery-{form}");
-        let mut targets = Vec::new();
+        let probe = super::load::Job {
+            accept,
+            ..job(Method::GET, "/apis", Vec::new())
+        };
         for door in doors {
-            let mut job = super::load::Job {
-                accept,
-                ..job(Method::GET, "/apis", Vec::new())
-            };
-            job.proto = Proto::H1;
-            let doc = await_listing(door, &job).await?;
+            let doc = await_listing(door, &probe).await?;
             write(&dir.join(format!("{name}-{}.json", door.name)), &doc)?;
             figures.push(Figure::new(
                 &name,
@@ -401,16 +399,14 @@ async fn discovery(
                 doc.len() as f64,
                 "bytes",
             ));
-            targets.push(door.clone());
         }
-        let mut job = super::load::Job {
-            accept,
-            ..job(Method::GET, "/apis", Vec::new())
+        let measured = super::load::Job {
+            concurrency: s.concurrency,
+            warmup: s.warmup,
+            window: s.duration,
+            ..probe
         };
-        job.concurrency = s.concurrency;
-        job.warmup = s.warmup;
-        job.window = s.duration;
-        rows.extend(scenarios::side_by_side(&name, &targets, &job, s.rounds).await);
+        rows.extend(scenarios::side_by_side(&name, doors, &measured, s.rounds).await);
     }
     Ok((rows, figures))
 }

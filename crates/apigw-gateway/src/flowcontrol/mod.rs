@@ -598,8 +598,6 @@ impl FlowControl {
 
     /// `/debug/api_priority_and_fairness/dump_priority_levels`: one line per level, by name.
     pub fn dump_priority_levels(&self) -> String {
-        let mut names: Vec<&String> = self.levels.keys().collect();
-        names.sort();
         let mut rows = vec![vec![
             "PriorityLevelName".to_string(),
             "ActiveQueues".into(),
@@ -612,8 +610,8 @@ impl FlowControl {
             "TimedoutRequests".into(),
             "CancelledRequests".into(),
         ]];
-        for name in names {
-            let s = self.levels[name].set.snapshot();
+        for (name, level) in self.by_name() {
+            let s = level.set.snapshot();
             rows.push(vec![
                 name.clone(),
                 s.active_queues.to_string(),
@@ -632,8 +630,6 @@ impl FlowControl {
 
     /// `/debug/api_priority_and_fairness/dump_queues`: one line per queue of the queuing levels.
     pub fn dump_queues(&self) -> String {
-        let mut names: Vec<&String> = self.levels.keys().collect();
-        names.sort();
         let mut rows = vec![vec![
             "PriorityLevelName".to_string(),
             "Index".into(),
@@ -642,8 +638,8 @@ impl FlowControl {
             "SeatsInUse".into(),
             "NextDispatchR".into(),
         ]];
-        for name in names {
-            let s = self.levels[name].set.snapshot();
+        for (name, level) in self.by_name() {
+            let s = level.set.snapshot();
             for (i, (waiting, executing, next)) in s.queues.iter().enumerate() {
                 rows.push(vec![
                     name.clone(),
@@ -661,8 +657,6 @@ impl FlowControl {
     /// `/debug/api_priority_and_fairness/dump_requests`: one line per waiting or executing
     /// request, by level; with `details`, who sent it and what it asks.
     pub fn dump_requests(&self, details: bool) -> String {
-        let mut names: Vec<&String> = self.levels.keys().collect();
-        names.sort();
         let mut header: Vec<String> = [
             "PriorityLevelName",
             "FlowSchemaName",
@@ -694,8 +688,8 @@ impl FlowControl {
             );
         }
         let mut rows = vec![header];
-        for name in names {
-            for r in self.levels[name].set.requests() {
+        for (name, level) in self.by_name() {
+            for r in level.set.requests() {
                 let t = &r.tag;
                 let mut row = vec![
                     name.clone(),
@@ -730,6 +724,13 @@ impl FlowControl {
             }
         }
         table(&rows)
+    }
+
+    /// The levels in force, by name, as the dumps list them.
+    fn by_name(&self) -> Vec<(&String, &Arc<Level>)> {
+        let mut levels: Vec<_> = self.levels.iter().collect();
+        levels.sort_by_key(|(name, _)| *name);
+        levels
     }
 
     /// The level named `name`, for tests and the dumps.
