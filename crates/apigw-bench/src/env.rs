@@ -360,12 +360,28 @@ impl Env {
     }
 }
 
+/// The bench's Service for the sample server: name, namespace, port.
+const SAMPLE_SERVICE: (&str, &str, u16) = ("wardle-server", "wardle-namespace", 443);
+
 /// An APIService for `<version>.<group>` served by the sample server's service.
 pub fn apiservice(
     group: &str,
     version: &str,
     group_priority: u32,
     version_priority: u32,
+    ca_bundle: &str,
+) -> serde_json::Value {
+    let priorities = (group_priority, version_priority);
+    apiservice_of(SAMPLE_SERVICE, group, version, priorities, ca_bundle)
+}
+
+/// An APIService for `<version>.<group>` served by `service` (name, namespace, port), with
+/// `(groupPriorityMinimum, versionPriority)`.
+pub fn apiservice_of(
+    (name, namespace, port): (&str, &str, u16),
+    group: &str,
+    version: &str,
+    (group_priority, version_priority): (u32, u32),
     ca_bundle: &str,
 ) -> serde_json::Value {
     serde_json::json!({
@@ -378,7 +394,7 @@ pub fn apiservice(
             "groupPriorityMinimum": group_priority,
             "versionPriority": version_priority,
             "caBundle": ca_bundle,
-            "service": {"name": "wardle-server", "namespace": "wardle-namespace", "port": 443},
+            "service": {"name": name, "namespace": namespace, "port": port},
         },
     })
 }

@@ -24,7 +24,7 @@
 //! the small-GET backend: `/apis` legacy and aggregated with 50 APIServices, idle watches
 //! (memory per watch), and the big list (throughput and memory growth).
 
-use super::env::{client_configs, free_port, sample_command, wait_ready, Env, Proc};
+use super::env::{apiservice_of, client_configs, free_port, sample_command, wait_ready, Env, Proc};
 use super::load::{Proto, Target};
 use super::scenarios::{self, small_get_variants, AGGREGATED, PAYLOAD};
 use super::stats::children;
@@ -546,20 +546,9 @@ fn apiservices(cp: &ControlPlane, port: u16) -> anyhow::Result<Vec<serde_json::V
     use base64::Engine as _;
     let ca = std::fs::read(cp.file("wardle-ca.crt")).context("reading wardle-ca.crt")?;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    let service = (SERVICE.1, SERVICE.0, port);
     let one = |group: &str, version: &str, priority: u32| {
-        serde_json::json!({
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": format!("{version}.{group}")},
-            "spec": {
-                "group": group,
-                "version": version,
-                "groupPriorityMinimum": priority,
-                "versionPriority": 15,
-                "caBundle": ca,
-                "service": {"name": SERVICE.1, "namespace": SERVICE.0, "port": port},
-            },
-        })
+        apiservice_of(service, group, version, (priority, 15), &ca)
     };
     let mut out = vec![one("wardle.example.com", "v1alpha1", 1000)];
     for i in 0..DISCOVERY_SERVICES - 1 {
