@@ -111,25 +111,6 @@ async fn sample_stack(
     (world, gw)
 }
 
-/// Alice's TLS client configuration offering `alpn`.
-fn alice_tls(world: &World, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
-    let p = |n: &str| world.pki.path(n);
-    let roots =
-        apigw_core::tls::root_store(&apigw_core::tls::load_certs(&p("ca.crt")).unwrap(), "ca")
-            .unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(apigw_core::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            apigw_core::tls::load_certs(&p("alice.crt")).unwrap(),
-            apigw_core::tls::load_key(&p("alice.key")).unwrap(),
-        )
-        .unwrap();
-    tls.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(tls)
-}
-
 /// A TLS connection as alice whose socket buffers 4 KiB at most, so a client that does not
 /// read stalls the gateway's writes at once.
 async fn tight_connection(
@@ -140,7 +121,7 @@ async fn tight_connection(
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = socket.connect(addr).await.unwrap();
-    tokio_rustls::TlsConnector::from(alice_tls(world, alpn))
+    tokio_rustls::TlsConnector::from(world.client(Some("alice")).tls(&[alpn]))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap()

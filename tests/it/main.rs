@@ -16,6 +16,7 @@ mod connections;
 mod deadlines;
 mod discovery;
 mod doctor;
+mod faults;
 mod gateway;
 mod hardening;
 mod interop;

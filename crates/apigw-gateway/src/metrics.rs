@@ -12,7 +12,8 @@
 //! - availability with kube-aggregator's names (`aggregator_unavailable_apiservice`,
 //!   `aggregator_unavailable_apiservice_total`); expiry of the certificates in use;
 //! - authentication attempts by authenticator and result (counted by `authn`);
-//! - the standard `process_*` metrics (Linux).
+//! - the standard `process_*` metrics (Linux), and the tokio runtime's live tasks (read at
+//!   each scrape; the soak watches it for leaks).
 
 use crate::authz::Attributes;
 use http::{HeaderMap, Method};
@@ -65,6 +66,8 @@ pub struct Metrics {
     pub authn_attempts: IntCounterVec,
     /// API Priority and Fairness, with upstream's names.
     pub flowcontrol: crate::flowcontrol::FlowMetrics,
+    /// Tasks alive in the runtime that renders the scrape.
+    runtime_tasks: IntGauge,
 }
 
 // The names and labels below are constants; registering them cannot fail.
@@ -161,6 +164,13 @@ impl Default for Metrics {
         )) {
             tracing::warn!(error = %e, "process metrics are not available");
         }
+        let runtime_tasks = IntGauge::new(
+            "apigw_runtime_alive_tasks",
+            "Tasks alive in the tokio runtime (connections, requests, watches, background loops).",
+        )
+        .expect("valid metric");
+        r.register(Box::new(runtime_tasks.clone()))
+            .expect("unique metric");
         Self {
             registry: r,
             requests,
@@ -174,6 +184,7 @@ impl Default for Metrics {
             cert_expiry,
             authn_attempts,
             flowcontrol,
+            runtime_tasks,
         }
     }
 }
@@ -212,6 +223,11 @@ impl Metrics {
 
     /// The text exposition of every family.
     pub fn render(&self) -> String {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let tasks = runtime.metrics().num_alive_tasks();
+            self.runtime_tasks
+                .set(i64::try_from(tasks).unwrap_or(i64::MAX));
+        }
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))

@@ -4,6 +4,7 @@
 pub mod authz_webhook;
 pub mod binary;
 pub mod exec;
+pub mod fault;
 pub mod goaddon;
 pub mod kube_api;
 pub mod oidc;
@@ -751,6 +752,14 @@ impl Client {
             tls: Arc::new(tls),
             h2: false,
         }
+    }
+
+    /// The TLS configuration (no ALPN unless [`Client::h2`]), for a test that drives the
+    /// connection itself.
+    pub fn tls(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+        let mut tls = (*self.tls).clone();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(tls)
     }
 
     pub fn h2(mut self) -> Self {

@@ -380,6 +380,6 @@ async fn probe(
             failing("unexpected 304".into()),
             None,
         ),
-        Err(e) => (false, "FailedDiscoveryCheck", failing(e.to_string()), None),
+        Err(e) => (false, "FailedDiscoveryCheck", failing(e.detail()), None),
     }
 }

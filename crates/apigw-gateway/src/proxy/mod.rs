@@ -376,15 +376,12 @@ impl Backend {
 }
 
 /// Why a request the gateway makes on its own behalf (availability, discovery) failed.
-#[derive(Debug, thiserror::Error)]
+/// Displayed as `<url>: <detail>` when a URL was reached.
+#[derive(Debug)]
 pub enum FetchError {
-    #[error("{0}")]
     Unreachable(String),
-    #[error("bad status from {url}: {status}")]
     Status { url: String, status: StatusCode },
-    #[error("reading the answer of {url}: {message}")]
     Body { url: String, message: String },
-    #[error("{url}: no answer within {secs} s")]
     Timeout { url: String, secs: u64 },
 }
 
@@ -394,7 +391,30 @@ impl FetchError {
     pub fn unreachable(&self) -> bool {
         matches!(self, Self::Unreachable(_) | Self::Timeout { .. })
     }
+
+    /// What went wrong, without the URL: for a message that names it already.
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Unreachable(why) => why.clone(),
+            Self::Status { status, .. } => format!("bad status {status}"),
+            Self::Body { message, .. } => format!("reading the answer: {message}"),
+            Self::Timeout { secs, .. } => format!("no answer within {secs} s"),
+        }
+    }
 }
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable(why) => f.write_str(why),
+            Self::Status { url, .. } | Self::Body { url, .. } | Self::Timeout { url, .. } => {
+                write!(f, "{url}: {}", self.detail())
+            }
+        }
+    }
+}
+
+impl std::error::Error for FetchError {}
 
 /// The identity the gateway uses for its own requests to backends, as kube-aggregator does.
 pub fn gateway_identity() -> Identity {
