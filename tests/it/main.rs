@@ -25,6 +25,7 @@ mod interop_connections;
 mod jwt;
 mod metrics;
 mod ops;
+mod overload;
 mod pool;
 mod real_clients;
 mod sample_clients;

@@ -59,6 +59,14 @@ impl Activity {
         u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
     }
 
+    /// Since when no request on it has been answered; None while one is.
+    pub(crate) fn quiet_since(&self) -> Option<Instant> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        Some(self.base + Duration::from_nanos(self.quiet_since.load(Ordering::Acquire)))
+    }
+
     /// A request has arrived; the connection is busy until the returned guard drops.
     pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.started.store(true, Ordering::Release);

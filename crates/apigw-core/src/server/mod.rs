@@ -1,5 +1,6 @@
 //! The one accept loop, for every listener (the gateway's, its plain-HTTP metrics listener's, the
-//! sample server's): TCP (refused at once past [`Limits::max_connections_per_client`]; accept
+//! sample server's): TCP (refused at once past [`Limits::max_connections_per_client`]; past
+//! [`Limits::max_connections`] the quietest connection is [`shed`] to make room; accept
 //! errors such as running out of file descriptors back off instead of spinning) -> TLS
 //! handshake when the listener has TLS (with a timeout; peer certificates read once per
 //! connection) -> hyper-util's auto builder serving HTTP/1.1 (with upgrades) and
@@ -13,6 +14,7 @@
 pub mod cut;
 mod deadlines;
 mod settings;
+pub mod shed;
 pub use settings::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
 pub mod workers;
 
@@ -79,6 +81,8 @@ pub struct Limits {
     /// Open connections per client address; a connection past it is closed at accept, before
     /// the TLS handshake. 0 is unlimited.
     pub max_connections_per_client: usize,
+    /// Open connections in all ([`shed`]); 0 is unlimited.
+    pub max_connections: usize,
     pub grace: Duration,
     /// Cancelled when the grace period ends, so long-running responses (watches, upgraded
     /// streams) can end cleanly instead of being cut.
@@ -94,6 +98,7 @@ impl Default for Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             max_connections_per_client: 0,
+            max_connections: 0,
             grace: Duration::from_secs(30),
             closing: tokio_util::sync::CancellationToken::new(),
             workers: 0,
@@ -124,6 +129,7 @@ pub async fn serve<M, H, Fut>(
     let draining = tokio_util::sync::CancellationToken::new();
     let (open, mut drained) = tokio::sync::mpsc::channel::<()>(1);
     let per_client = deadlines::PerClient::new(limits.max_connections_per_client);
+    let shed = shed::Shed::new(limits.max_connections);
     // HTTP/2 streams run as tasks a request can cut at its deadline ([`cut`]).
     let mut builder = auto::Builder::new(cut::Executor);
     // HTTP/2: room for client-go's many multiplexed watches; bounded headers; resets that
@@ -177,6 +183,11 @@ pub async fn serve<M, H, Fut>(
             drop(tcp);
             continue;
         };
+        let Some(room) = shed.admit() else {
+            tracing::debug!(%remote, "every open connection is answering a request; closed");
+            drop(tcp);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let (acceptor, make, builder) = (acceptor.clone(), make.clone(), builder.clone());
         let (draining, open) = (draining.clone(), open.clone());
@@ -184,6 +195,7 @@ pub async fn serve<M, H, Fut>(
         let (opening, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let connection = move |tcp: TcpStream| async move {
             let _counted = (admitted, open);
+            let room = room;
             let Some(acceptor) = acceptor else {
                 let info = ConnInfo {
                     remote,
@@ -194,12 +206,19 @@ pub async fn serve<M, H, Fut>(
                     remote,
                     make(info),
                     &builder,
-                    &draining,
+                    (&draining, &room),
                     (opening, idle),
                 )
                 .await;
             };
-            let tls = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+            let handshake = tokio::select! {
+                done = tokio::time::timeout(timeout, acceptor.accept(tcp)) => done,
+                () = room.closing.cancelled() => {
+                    tracing::debug!(%remote, "shed in its TLS handshake for a newer connection");
+                    return;
+                }
+            };
+            let tls = match handshake {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     // A refused client certificate (expired, not yet valid, wrong purpose, unknown
@@ -227,7 +246,15 @@ pub async fn serve<M, H, Fut>(
                 .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                 .unwrap_or_default();
             let handler = make(ConnInfo { remote, peer_chain });
-            serve_connection(tls, remote, handler, &builder, &draining, (opening, idle)).await;
+            serve_connection(
+                tls,
+                remote,
+                handler,
+                &builder,
+                (&draining, &room),
+                (opening, idle),
+            )
+            .await;
         };
         match &workers {
             Some(workers) => match tcp.into_std() {
@@ -260,14 +287,14 @@ pub async fn serve<M, H, Fut>(
 }
 
 /// Serves one connection (TLS or plain) with `handler` until it ends: each state has its
-/// deadline (`opening` for the first request, `idle` between requests), and `draining` asks it
-/// to finish.
+/// deadline (`opening` for the first request, `idle` between requests), `draining` asks it
+/// to finish, and its `room` closes it while quiet when a newer connection needs the place.
 async fn serve_connection<IO, H, Fut>(
     io: IO,
     remote: SocketAddr,
     handler: H,
     builder: &auto::Builder<cut::Executor>,
-    draining: &tokio_util::sync::CancellationToken,
+    (draining, room): (&tokio_util::sync::CancellationToken, &shed::Room),
     (opening, idle): (Duration, Duration),
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -275,6 +302,7 @@ async fn serve_connection<IO, H, Fut>(
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
     let activity = deadlines::Activity::new();
+    room.serving(&activity);
     let requests = activity.clone();
     let service = hyper::service::service_fn(move |req| {
         let handler = handler.clone();
@@ -301,6 +329,15 @@ async fn serve_connection<IO, H, Fut>(
                     tracing::debug!(%remote, error = %e, "connection ended with an error");
                 }
                 break;
+            }
+            () = room.closing.cancelled(), if closing.is_none() => {
+                if activity.quiet_since().is_some() {
+                    tracing::debug!(%remote, "quiet connection shed for a newer one");
+                    break;
+                }
+                // A request began since it was chosen: it finishes, then the connection closes.
+                conn.as_mut().graceful_shutdown();
+                closing = Some(tokio::time::Instant::now());
             }
             () = draining.cancelled(), if closing.is_none() => {
                 conn.as_mut().graceful_shutdown();

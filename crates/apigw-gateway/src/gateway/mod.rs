@@ -346,6 +346,8 @@ pub async fn run(
         header_read_timeout: cfg.server.header_read_timeout,
         idle_timeout: cfg.server.idle_timeout,
         max_connections_per_client: cfg.server.max_connections_per_client,
+        max_connections: apigw_core::server::shed::fd_limit()
+            .map_or(0, apigw_core::server::shed::budget),
         closing: gateway.closing.clone(),
         workers: cfg.server.worker_threads,
         ..Default::default()
