@@ -1,9 +1,11 @@
 //! Which flow schema a request matches, as k8s.io/apiserver's APF controller decides: schemas
 //! in order of matching precedence (ties by name), the first whose rules match the request's
 //! user and attributes; its flow is the schema and the distinguisher (the user, the namespace,
-//! or nothing), hashed for shuffle sharding. The hash is SipHash, not upstream's SHA-256 (a
-//! tenth of the cost): the hands it deals are as well spread, dealt the same way, but a flow
-//! may sit in other queues than on kube-apiserver.
+//! or nothing), hashed for shuffle sharding. The hash is foldhash, not upstream's SHA-256 (a
+//! fraction of the cost): the hands it deals are as well spread, dealt the same way, but a flow
+//! may sit in other queues than on kube-apiserver. Which rules' subjects an identity matches
+//! is remembered for the identities seen last ([`SubjectCache`]): subjects are most of a
+//! match's cost, and a client sends request after request as the same identity.
 
 use super::config::{
     Distinguisher, FlowSchema, NonResourceRule, PolicyRules, ResourceRule, Subject,
@@ -13,19 +15,106 @@ use crate::authz::Attributes;
 
 /// True when `fs` matches a request by `id` with attributes `a`.
 pub fn matches(fs: &FlowSchema, id: &Identity, a: &Attributes) -> bool {
-    fs.rules.iter().any(|rules| rules_match(rules, id, a))
+    fs.rules
+        .iter()
+        .any(|rules| subjects_match(rules, id) && attributes_match(rules, a))
 }
 
-fn rules_match(rules: &PolicyRules, id: &Identity, a: &Attributes) -> bool {
-    rules.subjects.iter().any(|s| subject_matches(s, id))
-        && if a.resource_request {
-            rules.resource_rules.iter().any(|r| resource_matches(r, a))
-        } else {
-            rules
-                .non_resource_rules
-                .iter()
-                .any(|r| non_resource_matches(r, a))
+/// The index of the first of `schemas` (each `config` of it) that matches a request by `id`
+/// with `a`, as [`matches`] decides, with the subjects' answers for `id` from `cache`.
+pub fn first_match<S>(
+    schemas: &[S],
+    config: impl Fn(&S) -> &FlowSchema,
+    cache: &SubjectCache,
+    id: &Identity,
+    a: &Attributes,
+) -> Option<usize> {
+    let slot = &cache.slots[cache.slot_of(id)];
+    let mut entry = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let known = entry
+        .as_ref()
+        .is_some_and(|e| e.user == id.user && e.groups == id.groups);
+    if !known {
+        let matched = schemas
+            .iter()
+            .flat_map(|s| {
+                config(s)
+                    .rules
+                    .iter()
+                    .map(|rules| subjects_match(rules, id))
+            })
+            .collect();
+        *entry = Some(Subjects {
+            user: id.user.clone(),
+            groups: id.groups.clone(),
+            matched,
+        });
+    }
+    let matched = entry.as_ref().map_or(&[][..], |e| &e.matched[..]);
+    let mut at = 0;
+    schemas.iter().position(|s| {
+        let rules = &config(s).rules;
+        let hit = rules
+            .iter()
+            .zip(&matched[at.min(matched.len())..])
+            .any(|(rules, subject)| *subject && attributes_match(rules, a));
+        at += rules.len();
+        hit
+    })
+}
+
+/// Entries of a [`SubjectCache`]: a power of two.
+const SUBJECT_SLOTS: usize = 64;
+
+/// For the identities seen last (one per slot, by a hash of user and groups), which rules'
+/// subjects they match, in schema order. Belongs to one set of schemas: built with them.
+pub struct SubjectCache {
+    keys: foldhash::fast::RandomState,
+    slots: Box<[std::sync::Mutex<Option<Subjects>>]>,
+}
+
+struct Subjects {
+    user: String,
+    groups: Vec<String>,
+    /// Per rules of every schema, in order: whether a subject of them is the identity.
+    matched: Box<[bool]>,
+}
+
+impl Default for SubjectCache {
+    fn default() -> Self {
+        Self::with_slots(SUBJECT_SLOTS)
+    }
+}
+
+impl SubjectCache {
+    /// `slots`: a power of two.
+    fn with_slots(slots: usize) -> Self {
+        Self {
+            keys: Default::default(),
+            slots: (0..slots).map(|_| Default::default()).collect(),
         }
+    }
+
+    fn slot_of(&self, id: &Identity) -> usize {
+        use std::hash::BuildHasher as _;
+        let h = self.keys.hash_one((&id.user, &id.groups));
+        (h as usize) & (self.slots.len() - 1)
+    }
+}
+
+fn subjects_match(rules: &PolicyRules, id: &Identity) -> bool {
+    rules.subjects.iter().any(|s| subject_matches(s, id))
+}
+
+fn attributes_match(rules: &PolicyRules, a: &Attributes) -> bool {
+    if a.resource_request {
+        rules.resource_rules.iter().any(|r| resource_matches(r, a))
+    } else {
+        rules
+            .non_resource_rules
+            .iter()
+            .any(|r| non_resource_matches(r, a))
+    }
 }
 
 fn subject_matches(subject: &Subject, id: &Identity) -> bool {
@@ -97,28 +186,28 @@ pub fn distinguisher<'a>(how: Option<Distinguisher>, user: &'a str, a: &'a Attri
     }
 }
 
-/// The flow's hash: std's SipHash of schema ‖ 0 ‖ distinguisher, with its fixed keys (the
-/// same on every run of a build).
+/// The flow's hash: foldhash's (quality) of schema and distinguisher, with keys drawn once per
+/// process. Fast (a tenth of SipHash's cost on these short strings), and a flow's hand is stable
+/// while the process runs; which queues that is differs from kube-apiserver's SHA-256 anyway.
 pub fn flow_hash(schema: &str, distinguisher: &str) -> u64 {
-    use std::hash::Hasher as _;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    h.write(schema.as_bytes());
-    h.write_u8(0);
-    h.write(distinguisher.as_bytes());
-    h.finish()
+    use std::hash::BuildHasher as _;
+    static KEYS: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    KEYS.get_or_init(Default::default)
+        .hash_one((schema, distinguisher))
 }
 
 /// The most queues a hand may hold (a PriorityLevelConfiguration's `handSize` limit).
 pub const MAX_HAND: usize = 128;
 
-/// A hand of queues, without a heap allocation.
+/// A hand of queues, without a heap allocation (queue numbers fit 16 bits: a level has at
+/// most 10,000 queues).
 pub struct Hand {
-    cards: [usize; MAX_HAND],
+    cards: [u16; MAX_HAND],
     len: usize,
 }
 
 impl Hand {
-    pub fn as_slice(&self) -> &[usize] {
+    pub fn as_slice(&self) -> &[u16] {
         &self.cards[..self.len]
     }
 }
@@ -127,10 +216,11 @@ impl Hand {
 /// upstream's shuffle-sharding dealer deals it.
 pub fn deal(mut hash: u64, deck: usize, hand: usize) -> Hand {
     let len = hand.min(deck).min(MAX_HAND);
-    let mut picks = [0usize; MAX_HAND];
+    let mut picks = [0u16; MAX_HAND];
     for (i, pick) in picks.iter_mut().enumerate().take(len) {
         let size = (deck - i) as u64;
-        *pick = (hash % size) as usize;
+        // Below `deck`, so below 2^16 for any deck a level may have.
+        *pick = u16::try_from(hash % size).unwrap_or(u16::MAX);
         hash /= size;
     }
     let mut out = Hand {
@@ -155,15 +245,24 @@ mod tests {
     use super::*;
     use http::Method;
 
-    /// The first bootstrap schema that matches.
+    thread_local! {
+        /// One slot: every identity of a test evicts the one before, and a repeated one hits.
+        static CACHE: SubjectCache = SubjectCache::with_slots(1);
+    }
+
+    /// The first bootstrap schema that matches; [`first_match`] must agree, asked twice (the
+    /// second time from its cache).
     fn classify(id: &Identity, method: Method, path: &str) -> String {
         let a = Attributes::from_request(&method, path, None);
         let mut schemas = bootstrap_schemas();
         schemas.sort_by(|x, y| (x.precedence, &x.name).cmp(&(y.precedence, &y.name)));
-        schemas
-            .iter()
-            .find(|s| matches(s, id, &a))
-            .map(|s| s.name.clone())
+        let linear = schemas.iter().position(|s| matches(s, id, &a));
+        for _ in 0..2 {
+            let cached = CACHE.with(|c| first_match(&schemas, |s| s, c, id, &a));
+            assert_eq!(cached, linear, "{} {path}", id.user);
+        }
+        linear
+            .map(|at| schemas[at].name.clone())
             .unwrap_or_default()
     }
 

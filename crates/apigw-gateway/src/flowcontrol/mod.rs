@@ -80,7 +80,7 @@ pub struct Level {
     apiservice_cap: Option<usize>,
     /// Seats held per APIService: a counter each, shared with its claims (pruned every
     /// borrowing period once no claim holds it).
-    held: Mutex<HashMap<Arc<str>, Arc<AtomicUsize>>>,
+    held: Mutex<HashMap<Arc<str>, Arc<AtomicUsize>, foldhash::fast::RandomState>>,
     /// Requests waiting for their APIService's share, so that a claim given back wakes
     /// them only when there are any.
     claim_waiters: AtomicUsize,
@@ -141,6 +141,8 @@ pub struct FlowControl {
     /// By matching precedence, then name; those whose level exists (upstream ignores a
     /// dangling schema).
     schemas: Vec<Arc<Schema>>,
+    /// Which of the schemas' rules recent identities are subjects of.
+    subjects: classify::SubjectCache,
     levels: HashMap<String, Arc<Level>>,
     /// How long a request may wait in a queue: a quarter of the request timeout, at most 1 min.
     wait_limit: Duration,
@@ -410,6 +412,7 @@ impl FlowControl {
             .collect();
         let control = Self {
             schemas,
+            subjects: classify::SubjectCache::default(),
             levels,
             wait_limit,
             metrics,
@@ -448,9 +451,8 @@ impl FlowControl {
 
     /// The schema of a request by `id` with `a`: the first that matches, else `catch-all`.
     fn classify(&self, id: &Identity, a: &Attributes) -> Option<&Arc<Schema>> {
-        self.schemas
-            .iter()
-            .find(|s| classify::matches(&s.config, id, a))
+        classify::first_match(&self.schemas, |s| &s.config, &self.subjects, id, a)
+            .and_then(|at| self.schemas.get(at))
             .or_else(|| {
                 self.schemas
                     .iter()
@@ -477,10 +479,13 @@ impl FlowControl {
         let deadline = arrived + self.wait_limit;
         // Its APIService's share first: waiting (within the same limit) while it is all held.
         let mut claim = None;
+        // Whether it waited, for its APIService's share or in a queue.
+        let mut waited = false;
         if let Some(name) = apiservice {
             claim = match level.claim(name) {
                 Some(got) => got,
                 None => {
+                    waited = true;
                     level.claim_waiters.fetch_add(1, Ordering::SeqCst);
                     let got = loop {
                         let freed = level.freed.notified();
@@ -515,7 +520,7 @@ impl FlowControl {
             distinguisher: how,
             user: id.user.clone(),
             attrs: a.clone(),
-            arrived: SystemTime::now(),
+            arrived,
         };
         let m = &schema.metrics;
         let outcome = match level.set.start(hash, 1, tag) {
@@ -526,6 +531,7 @@ impl FlowControl {
                 queue,
                 rx,
             } => {
+                waited = true;
                 m.inqueue.inc();
                 let waited = tokio::time::timeout_at(deadline.into(), rx).await;
                 m.inqueue.dec();
@@ -541,7 +547,11 @@ impl FlowControl {
         };
         match outcome {
             Ok(seat) => {
-                m.waited.observe(arrived.elapsed().as_secs_f64());
+                m.waited.observe(match waited {
+                    true => arrived.elapsed().as_secs_f64(),
+                    // Dispatched as it arrived: no time waiting.
+                    false => 0.0,
+                });
                 m.dispatched.inc();
                 m.executing(1);
                 Some(Ok(Ticket {
@@ -697,11 +707,12 @@ impl FlowControl {
                     r.queue.to_string(),
                     r.index.to_string(),
                     classify::distinguisher(t.distinguisher, &t.user, &t.attrs).to_string(),
-                    rfc3339(t.arrived),
+                    rfc3339(wall(t.arrived)),
                     r.seats.to_string(),
                     "0".into(),
                     "0s".into(),
-                    r.started.map_or("0001-01-01T00:00:00Z".into(), rfc3339),
+                    r.started
+                        .map_or("0001-01-01T00:00:00Z".into(), |at| rfc3339(wall(at))),
                 ];
                 if details {
                     let a = &t.attrs;
@@ -768,6 +779,13 @@ fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The wall-clock time of the monotonic `at` (requests keep only the latter: one clock read).
+fn wall(at: Instant) -> SystemTime {
+    SystemTime::now()
+        .checked_sub(at.elapsed())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// `t` in UTC as RFC 3339 with nanoseconds, as Go's `time.RFC3339Nano` prints it.

@@ -13,7 +13,7 @@ use super::classify::deal;
 use crate::authz::Attributes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Virtual seconds a request costs per seat (upstream's estimated service duration).
@@ -66,7 +66,7 @@ pub struct Tag {
     pub distinguisher: Option<super::config::Distinguisher>,
     pub user: String,
     pub attrs: Arc<Attributes>,
-    pub arrived: SystemTime,
+    pub arrived: Instant,
 }
 
 /// A request in the dump: its queue and place in it (-1: none, or executing), and when it
@@ -76,7 +76,7 @@ pub struct Dumped {
     pub index: i64,
     pub seats: usize,
     pub tag: Tag,
-    pub started: Option<SystemTime>,
+    pub started: Option<Instant>,
 }
 
 struct State {
@@ -107,7 +107,7 @@ struct Running {
     queue: Option<usize>,
     seats: usize,
     tag: Tag,
-    started: SystemTime,
+    started: Instant,
 }
 
 #[derive(Default)]
@@ -264,10 +264,10 @@ impl QueueSet {
                 let offset = st.enqueues % hand.len().max(1);
                 st.enqueues = st.enqueues.wrapping_add(1);
                 // The hand's queue with the least waiting work, from `offset` on.
-                let mut chosen = hand[offset];
+                let mut chosen = usize::from(hand[offset]);
                 let mut least = usize::MAX;
                 for i in 0..hand.len() {
-                    let q = hand[(offset + i) % hand.len()];
+                    let q = usize::from(hand[(offset + i) % hand.len()]);
                     let work: usize = st.queues[q].waiting.iter().map(|w| w.seats).sum();
                     if work < least {
                         least = work;
@@ -348,7 +348,7 @@ impl QueueSet {
         queue: Option<usize>,
         seats: usize,
         tag: Tag,
-        started: Option<SystemTime>,
+        started: Option<Instant>,
     ) -> Seat {
         st.seats_in_use += seats;
         st.executing += 1;
@@ -415,7 +415,7 @@ impl QueueSet {
                 return unwanted;
             };
             st.waiting_seats = st.waiting_seats.saturating_sub(seats);
-            let seat = self.begin(st, q, seats, waiter.tag, Some(SystemTime::now()));
+            let seat = self.begin(st, q, seats, waiter.tag, Some(Instant::now()));
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
@@ -429,7 +429,7 @@ impl QueueSet {
         q: usize,
         seats: usize,
         tag: Tag,
-        started: Option<SystemTime>,
+        started: Option<Instant>,
     ) -> Seat {
         st.robin = q;
         let start = st.queues[q].next;
@@ -506,7 +506,7 @@ mod tests {
                 "/healthz",
                 None,
             )),
-            arrived: SystemTime::now(),
+            arrived: Instant::now(),
         }
     }
 
