@@ -20,6 +20,16 @@ const SLOW: &str = "/apis/a.example.com/v1/namespaces/n/things/slow";
 const FAST: &str = "/apis/a.example.com/v1/namespaces/n/things/x";
 const LOAD: Duration = Duration::from_secs(8);
 
+/// The gateway process, killed when the test ends however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `rounds` requests one after another, each on a new connection: how long they took.
 async fn paced(w: &World, addr: std::net::SocketAddr, rounds: usize) -> Duration {
     let alice = w.client(Some("alice"));
@@ -52,7 +62,7 @@ async fn ten_times_the_fds_and_the_in_flight_limit() {
     let p = |n: &str| w.pki.path(n).display().to_string();
     let log = w.pki.path("apigw.log");
     // `ulimit -n` sets the hard limit too, so apigw cannot raise it.
-    let mut child = Command::new("sh")
+    let child = Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n {FDS} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_apigw"))
@@ -73,6 +83,7 @@ async fn ten_times_the_fds_and_the_in_flight_limit() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let mut child = Killed(child);
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let anonymous = w.client(None);
     let up = eventually(20, || async {
@@ -229,9 +240,8 @@ async fn ten_times_the_fds_and_the_in_flight_limit() {
     );
     assert!(after < before * 3, "{after:?} against {before:?} before");
 
-    assert!(child.try_wait().unwrap().is_none(), "apigw exited");
-    let _ = child.kill();
-    let _ = child.wait();
+    assert!(child.0.try_wait().unwrap().is_none(), "apigw exited");
+    drop(child);
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(!stderr.contains("panicked"), "{stderr}");
     let warned: Vec<&str> = stderr.lines().take(5).collect();
