@@ -225,6 +225,12 @@ async fn health_is_verbose_and_metrics_count_requests() {
         metrics.contains("apigw_certificate_expiry_timestamp_seconds{cert=\"serving\"}"),
         "{metrics}"
     );
+    // The runtime's live tasks: at least the accept loop, this connection and the checks.
+    let tasks = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("apigw_runtime_alive_tasks "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(tasks.is_some_and(|n| n >= 3), "{tasks:?}");
     assert!(
         metrics.contains("apigw_certificate_expiry_timestamp_seconds{cert=\"proxy-client\"}"),
         "{metrics}"

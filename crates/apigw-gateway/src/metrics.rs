@@ -12,8 +12,8 @@
 //! - availability with kube-aggregator's names (`aggregator_unavailable_apiservice`,
 //!   `aggregator_unavailable_apiservice_total`); expiry of the certificates in use;
 //! - authentication attempts by authenticator and result (counted by `authn`);
-//! - the standard `process_*` metrics (Linux), and the tokio runtime's live tasks (read at
-//!   each scrape; the soak watches it for leaks).
+//! - the standard `process_*` metrics (Linux), and the live tasks of the gateway's tokio
+//!   runtimes (read at each scrape; the soak watches it for leaks).
 
 use crate::authz::Attributes;
 use http::{HeaderMap, Method};
@@ -66,7 +66,7 @@ pub struct Metrics {
     pub authn_attempts: IntCounterVec,
     /// API Priority and Fairness, with upstream's names.
     pub flowcontrol: crate::flowcontrol::FlowMetrics,
-    /// Tasks alive in the runtime that renders the scrape.
+    /// Tasks alive in the gateway's runtimes (the shared one and the workers').
     runtime_tasks: IntGauge,
 }
 
@@ -223,11 +223,9 @@ impl Metrics {
 
     /// The text exposition of every family.
     pub fn render(&self) -> String {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let tasks = runtime.metrics().num_alive_tasks();
-            self.runtime_tasks
-                .set(i64::try_from(tasks).unwrap_or(i64::MAX));
-        }
+        let tasks = apigw_core::server::workers::alive_tasks();
+        self.runtime_tasks
+            .set(i64::try_from(tasks).unwrap_or(i64::MAX));
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))

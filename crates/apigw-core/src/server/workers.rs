@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 
@@ -24,6 +24,43 @@ pub fn slot() -> usize {
     SLOT.with(Cell::get)
 }
 
+/// The runtimes whose tasks [`alive_tasks`] counts, by registration.
+static COUNTED: Mutex<Vec<(usize, Handle)>> = Mutex::new(Vec::new());
+static NEXT_COUNTED: AtomicUsize = AtomicUsize::new(0);
+
+/// A runtime counted by [`alive_tasks`] until this is dropped.
+pub struct Counted(usize);
+
+/// Counts `handle`'s tasks in [`alive_tasks`] while the returned guard lives. The gateway
+/// registers its shared runtime; [`Workers`] register theirs.
+pub fn count_tasks_of(handle: Handle) -> Counted {
+    let id = NEXT_COUNTED.fetch_add(1, Ordering::Relaxed);
+    COUNTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((id, handle));
+    Counted(id)
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut counted = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+        counted.retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Tasks alive in the registered runtimes; with none registered, in the caller's runtime.
+pub fn alive_tasks() -> usize {
+    let counted = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    if counted.is_empty() {
+        return Handle::try_current().map_or(0, |h| h.metrics().num_alive_tasks());
+    }
+    counted
+        .iter()
+        .map(|(_, h)| h.metrics().num_alive_tasks())
+        .sum()
+}
+
 /// The running workers; dropping this stops them, ending the connections they still hold.
 pub struct Workers {
     workers: Vec<Worker>,
@@ -31,6 +68,7 @@ pub struct Workers {
 
 struct Worker {
     handle: Handle,
+    _counted: Counted,
     /// Connections handed to this worker and not yet finished.
     open: Arc<AtomicUsize>,
     /// Dropped to stop the worker.
@@ -55,6 +93,7 @@ impl Workers {
                         // Dropping `rt` here, outside of any runtime, cancels what is left.
                     })?;
                 Ok(Worker {
+                    _counted: count_tasks_of(handle.clone()),
                     handle,
                     open: Arc::new(AtomicUsize::new(0)),
                     _stop: stop,

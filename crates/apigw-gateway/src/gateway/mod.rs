@@ -341,6 +341,10 @@ pub async fn run(
             tokio::time::sleep(delay).await;
         }
     };
+    // `apigw_runtime_alive_tasks` counts this runtime's tasks beside the workers'.
+    let _counted = tokio::runtime::Handle::try_current()
+        .ok()
+        .map(apigw_core::server::workers::count_tasks_of);
     let limits = apigw_core::server::Limits {
         grace: cfg.server.shutdown_grace,
         header_read_timeout: cfg.server.header_read_timeout,
