@@ -727,6 +727,10 @@ fn config_is_validated_with_field_paths() {
         "jwt":[{"issuer":{"url":"https://a.example","audiences":["x"]},
         "claimMappings":{"username":{"claim":"sub","prefix":"p:"}}}]}"#;
     assert!(problems(json).is_empty());
+    // The scheme in any case, as Go's url.Parse lowercases it before kube-apiserver checks it
+    // (found by the authn_config fuzz target, whose check had been case-sensitive).
+    let mixed = ok.replace("'https://", "'httPs://");
+    assert!(problems(&mixed).is_empty(), "{:?}", problems(&mixed));
 
     let bad = format!(
         "{head}- issuer: {{url: 'http://a.example', audiences: []}}\n  claimMappings: {{username: {{claim: sub}}}}\n\
