@@ -25,6 +25,62 @@ async fn condition(
     (s("status"), s("reason"), s("message"))
 }
 
+/// A backend that never answers (its checks run to the 5 s timeout) must not hold back
+/// another APIService's status: each check's result is in force when that check ends, as
+/// kube-aggregator checks each APIService on its own. The round starts are seen at the black
+/// hole, which every round's check of `v1.b.example.com` connects to.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_black_holed_backend_does_not_delay_another_apiservices_status() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_addr = hole.local_addr().unwrap();
+    let (rounds, mut round_started) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = hole.accept().await {
+            held.push(tcp);
+            let _ = rounds.send(std::time::Instant::now());
+        }
+    });
+    for (file, group, svc, ns) in [
+        ("a.json", "a.example.com", "a-svc", "a-ns"),
+        ("b.json", "b.example.com", "b-svc", "b-ns"),
+    ] {
+        w.register(file, group, "v1", 100, 10, svc, ns, &w.addon_ca);
+    }
+    let mut cfg = w.config(&[(&echo, echo.addr)]);
+    cfg.proxy
+        .resolve
+        .insert(("b-svc.b-ns.svc".into(), 443), vec![hole_addr]);
+    cfg.availability.interval = Duration::from_millis(300);
+    let gw = w.gateway(cfg).await;
+    let c = w.client(Some("alice"));
+    assert_eq!(condition(&c, &gw, "v1.a.example.com").await.0, "True");
+    assert_eq!(condition(&c, &gw, "v1.b.example.com").await.0, "False");
+
+    // A round starts (its check of b hangs); a's backend goes away during it.
+    round_started.recv().await.unwrap();
+    let _gone = echo.stop();
+    // The next round's check of a fails at once: its status must not wait for b's timeout.
+    let next = loop {
+        let at = round_started.recv().await.unwrap();
+        if at.elapsed() < Duration::from_millis(500) {
+            break at;
+        }
+    };
+    let down = eventually(3, || async {
+        condition(&c, &gw, "v1.a.example.com").await.0 == "False"
+    })
+    .await;
+    let took = next.elapsed();
+    assert!(down, "a stayed Available");
+    assert!(
+        took < Duration::from_secs(3),
+        "a's failed check was published {took:?} after its round began (b's check takes 5 s)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn availability_follows_the_backend_and_unavailable_fails_fast() {
     let Single { w, echo, gw } = World::single(|cfg| {

@@ -17,7 +17,7 @@ use crate::registry::{ApiService, Registry};
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -137,7 +137,7 @@ pub fn spawn(
                 .map(|s| format!("{}:{}", s.host(), s.port))
                 .collect();
             availability.discovery.retain(&live);
-            let results: Vec<(String, State)> = futures_util::stream::iter(services)
+            let mut results = futures_util::stream::iter(services)
                 .map(|svc| {
                     let (proxy, availability, timeout) =
                         (proxy.clone(), availability.clone(), settings.timeout);
@@ -154,10 +154,25 @@ pub fn spawn(
                         (svc.name.clone(), state)
                     }
                 })
-                .buffer_unordered(CONCURRENCY)
-                .collect()
-                .await;
-            let changed = publish(&availability, &metrics, results);
+                .buffer_unordered(CONCURRENCY);
+            // Each result is in force as soon as its check ends, not when the round's slowest
+            // (a backend that never answers: the check timeout) does, as kube-aggregator checks
+            // each APIService on its own; a flip of `Available` re-renders discovery at once,
+            // anything else once the round is over.
+            let mut checked = HashSet::new();
+            let mut changed = false;
+            while let Some((name, state)) = results.next().await {
+                checked.insert(name.clone());
+                match store(&availability, &metrics, name, state) {
+                    Stored::Flipped => {
+                        round += 1;
+                        availability.changed.send_replace(round);
+                    }
+                    Stored::Changed => changed = true,
+                    Stored::Same => {}
+                }
+            }
+            changed |= retire(&availability, &metrics, &checked);
             availability
                 .checked
                 .send_if_modified(|checked| std::mem::replace(checked, generation) != generation);
@@ -173,36 +188,64 @@ pub fn spawn(
     });
 }
 
-/// Stores a round's results; returns whether anything changed.
-fn publish(availability: &Availability, metrics: &Metrics, results: Vec<(String, State)>) -> bool {
+/// What storing a check's result changed.
+enum Stored {
+    /// `Available` turned True or False.
+    Flipped,
+    /// The APIService is new, or its condition or resources changed.
+    Changed,
+    Same,
+}
+
+/// Puts `name`'s new `state` in force.
+fn store(availability: &Availability, metrics: &Metrics, name: String, state: State) -> Stored {
     let old = availability.all();
-    let mut next = HashMap::with_capacity(results.len());
-    let mut changed = results.len() != old.len();
-    for (name, state) in results {
-        let previous = old.get(&name);
-        let was_available = previous.map(|p| p.condition.available);
-        let newly_unavailable = (!state.condition.available && was_available != Some(false))
-            .then_some(state.condition.reason);
-        metrics.set_available(&name, state.condition.available, newly_unavailable);
-        if was_available != Some(state.condition.available) {
-            if state.condition.available {
-                tracing::info!(apiservice = %name, reason = state.condition.reason, "APIService available");
-            } else {
-                tracing::warn!(apiservice = %name, reason = state.condition.reason, message = %state.condition.message, "APIService unavailable");
-            }
+    let previous = old.get(&name);
+    let was_available = previous.map(|p| p.condition.available);
+    let newly_unavailable = (!state.condition.available && was_available != Some(false))
+        .then_some(state.condition.reason);
+    metrics.set_available(&name, state.condition.available, newly_unavailable);
+    if was_available != Some(state.condition.available) {
+        if state.condition.available {
+            tracing::info!(apiservice = %name, reason = state.condition.reason, "APIService available");
+        } else {
+            tracing::warn!(apiservice = %name, reason = state.condition.reason, message = %state.condition.message, "APIService unavailable");
         }
-        changed |= previous.is_none_or(|p| {
-            p.condition != state.condition
-                || !same_resources(&p.resources, &state.resources)
-                || !same_resources(&p.aggregated, &state.aggregated)
-        });
-        next.insert(name, Arc::new(state));
     }
-    for name in old.keys().filter(|n| !next.contains_key(*n)) {
-        metrics.forget(name);
-    }
+    let stored = match previous {
+        Some(p) if p.condition.available != state.condition.available => Stored::Flipped,
+        Some(p)
+            if p.condition == state.condition
+                && same_resources(&p.resources, &state.resources)
+                && same_resources(&p.aggregated, &state.aggregated) =>
+        {
+            Stored::Same
+        }
+        _ => Stored::Changed,
+    };
+    let mut next = HashMap::clone(&old);
+    next.insert(name, Arc::new(state));
     availability.states.store(Arc::new(next));
-    changed
+    stored
+}
+
+/// Forgets the APIServices a round did not check (gone from the registry); returns whether
+/// there were any.
+fn retire(availability: &Availability, metrics: &Metrics, checked: &HashSet<String>) -> bool {
+    let old = availability.all();
+    if old.keys().all(|n| checked.contains(n)) {
+        return false;
+    }
+    let mut next = HashMap::clone(&old);
+    next.retain(|name, _| {
+        let keep = checked.contains(name);
+        if !keep {
+            metrics.forget(name);
+        }
+        keep
+    });
+    availability.states.store(Arc::new(next));
+    true
 }
 
 fn same_resources(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
