@@ -638,7 +638,10 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
         let (w, noisy, done) = (&w, &noisy, &done);
         async move {
             let answer = w.send_on(noisy, req).await;
-            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Served ones only: refusals at the wait limit come in bursts and take no seat.
+            if answer.0 == StatusCode::CREATED {
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
             answer
         }
     }));
@@ -678,9 +681,12 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
         }
     }
     assert!(refused > 0, "the noisy user's backlog was never refused");
-    // Each quiet request waited behind at most a few noisy ones, not their whole backlog.
+    // Each quiet request waited behind at most a few noisy ones, not their whole backlog: the
+    // noisy flow spreads over its hand of 6 queues (the hash is keyed per process, so which
+    // ones varies by run), and fair queuing serves each non-empty queue in turn, so at most one
+    // round of 6, and the one running when it arrived.
     assert!(
-        quiet_served_after.iter().all(|&n| n <= 5),
+        quiet_served_after.iter().all(|&n| n <= 7),
         "noisy requests served while each quiet one waited: {quiet_served_after:?}"
     );
     // The debug dump, as an admin asks it.
