@@ -177,17 +177,20 @@ async fn wait_available(s: &Stack, status: &str, secs: u64) -> bool {
     eventually(secs, || async { available(s).await.0 == status }).await
 }
 
-/// Arms `fault` on every connection, the checks' included, and returns the `Available`
-/// condition once it is False (or, when it stays True, after three check rounds past the
-/// check timeout); then disarms it and returns how long until the list is served whole again.
-async fn availability_and_recovery(
-    s: &Stack,
-    fault: Fault,
-) -> ((String, String, String), Duration) {
+/// Arms `fault` on every connection, the checks' included, and asserts that the `Available`
+/// condition turns False with `FailedDiscoveryCheck` and a message containing `expect` (waiting
+/// three check rounds past the check timeout); then disarms it and waits until the list is
+/// served whole again. Returns the message.
+async fn unavailable_then_back(s: &Stack, fault: Fault, expect: &str) -> String {
     s.proxy.arm(fault, Scope::Every, usize::MAX);
     let went = wait_available(s, "False", (CHECK_TIMEOUT + SLACK).as_secs() + 3).await;
-    let condition = available(s).await;
-    assert_eq!(went, condition.0 == "False", "{condition:?}");
+    let (status, reason, message) = available(s).await;
+    assert!(went, "{status} {reason}: {message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "FailedDiscoveryCheck")
+    );
+    assert!(message.contains(expect), "{message}");
     s.proxy.disarm();
     let since = Instant::now();
     let back = eventually(60, || async {
@@ -200,7 +203,8 @@ async fn availability_and_recovery(
         available(s).await
     );
     get(s, LIST).await.whole();
-    (condition, since.elapsed())
+    eprintln!("availability: {message}; back after {:?}", since.elapsed());
+    message
 }
 
 /// The client's request is faulted once; the next one on a new connection is served whole.
@@ -228,18 +232,12 @@ async fn a_backend_slow_to_answer_gets_504_at_the_request_timeout() {
     assert_eq!(reason, "Timeout", "{message}");
     within(seen.end_after, TIMEOUT, TIMEOUT);
 
-    let ((status, reason, message), back) =
-        availability_and_recovery(&s, Fault::DelayHead(LONG)).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
+    let message = unavailable_then_back(&s, Fault::DelayHead(LONG), "no answer within 2 s").await;
     // The URL once (it was twice: the error's text and the check's prefix both named it).
     assert_eq!(
         message,
         "failing or missing response from https://widgets.interop.svc:443/apis/interop.example.com/v1: no answer within 2 s"
     );
-    eprintln!("availability: {message}; back after {back:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,13 +254,7 @@ async fn a_body_that_stops_midway_is_cut_at_the_request_timeout() {
     within(seen.end_after, TIMEOUT, TIMEOUT);
     eprintln!("cut: {:?} after {} bytes", seen.cut, seen.body.len());
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, fault).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(message.contains("no answer within 2 s"), "{message}");
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(&s, fault, "no answer within 2 s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,16 +267,12 @@ async fn a_truncated_body_reaches_the_client_cut() {
     within(seen.end_after, Duration::ZERO, Duration::ZERO);
     eprintln!("cut: {:?} after {} bytes", seen.cut, seen.body.len());
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, fault).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(
-        message.contains("reading the answer: error reading a body from connection"),
-        "{message}"
-    );
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(
+        &s,
+        fault,
+        "reading the answer: error reading a body from connection",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,13 +289,7 @@ async fn a_reset_connection_gets_503_at_once() {
     );
     within(seen.end_after, Duration::ZERO, Duration::ZERO);
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, Fault::Reset).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(message.contains("reset"), "{message}");
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(&s, Fault::Reset, "reset").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,13 +300,7 @@ async fn a_black_hole_gets_504_at_the_request_timeout() {
     assert_eq!(reason, "Timeout", "{message}");
     within(seen.end_after, TIMEOUT, TIMEOUT);
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, Fault::BlackHole).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(message.contains("no answer within 2 s"), "{message}");
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(&s, Fault::BlackHole, "no answer within 2 s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,13 +315,7 @@ async fn garbage_instead_of_http_gets_an_error_at_once() {
     );
     within(seen.end_after, Duration::ZERO, Duration::ZERO);
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, Fault::Garbage).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(message.contains("invalid HTTP version parsed"), "{message}");
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(&s, Fault::Garbage, "invalid HTTP version parsed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,13 +327,7 @@ async fn a_trickle_gets_504_at_the_request_timeout() {
     assert_eq!(reason, "Timeout", "{message}");
     within(seen.end_after, TIMEOUT, TIMEOUT);
 
-    let ((status, reason, message), back) = availability_and_recovery(&s, fault).await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "FailedDiscoveryCheck")
-    );
-    assert!(message.contains("no answer within 2 s"), "{message}");
-    eprintln!("availability: {message}; back after {back:?}");
+    unavailable_then_back(&s, fault, "no answer within 2 s").await;
 }
 
 /// HTTP/2 to the backend for every request (`--backend-http2-requests`); the backend stops

@@ -31,8 +31,7 @@ async fn condition(
 /// hole, which every round's check of `v1.b.example.com` connects to.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_black_holed_backend_does_not_delay_another_apiservices_status() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    let (w, echo) = World::with_a().await;
     let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hole_addr = hole.local_addr().unwrap();
     let (rounds, mut round_started) = tokio::sync::mpsc::unbounded_channel();
@@ -43,12 +42,16 @@ async fn a_black_holed_backend_does_not_delay_another_apiservices_status() {
             let _ = rounds.send(std::time::Instant::now());
         }
     });
-    for (file, group, svc, ns) in [
-        ("a.json", "a.example.com", "a-svc", "a-ns"),
-        ("b.json", "b.example.com", "b-svc", "b-ns"),
-    ] {
-        w.register(file, group, "v1", 100, 10, svc, ns, &w.addon_ca);
-    }
+    w.register(
+        "b.json",
+        "b.example.com",
+        "v1",
+        100,
+        10,
+        "b-svc",
+        "b-ns",
+        &w.addon_ca,
+    );
     let mut cfg = w.config(&[(&echo, echo.addr)]);
     cfg.proxy
         .resolve

@@ -43,18 +43,7 @@ async fn paced(w: &World, addr: std::net::SocketAddr, rounds: usize) -> Duration
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_times_the_fds_and_the_in_flight_limit() {
     apigw_core::server::raise_fd_limit();
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
+    let (w, echo) = World::with_a().await;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()

@@ -379,7 +379,9 @@ pub struct Single {
 }
 
 impl World {
-    pub async fn single(tweak: impl FnOnce(&mut Config)) -> Single {
+    /// A world whose echo backend serves `a.example.com/v1` as `a-svc.a-ns.svc` (cert from the
+    /// addon CA), registered; no gateway yet.
+    pub async fn with_a() -> (World, Echo) {
         let w = World::new();
         let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
         w.register(
@@ -392,6 +394,11 @@ impl World {
             "a-ns",
             &w.addon_ca,
         );
+        (w, echo)
+    }
+
+    pub async fn single(tweak: impl FnOnce(&mut Config)) -> Single {
+        let (w, echo) = World::with_a().await;
         let mut cfg = w.config(&[(&echo, echo.addr)]);
         tweak(&mut cfg);
         let gw = w.gateway(cfg).await;
