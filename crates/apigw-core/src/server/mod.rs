@@ -195,7 +195,6 @@ pub async fn serve<M, H, Fut>(
         let (opening, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let connection = move |tcp: TcpStream| async move {
             let _counted = (admitted, open);
-            let room = room;
             let Some(acceptor) = acceptor else {
                 let info = ConnInfo {
                     remote,
