@@ -79,10 +79,12 @@ impl Demand {
     }
 
     fn advance(&mut self, now: Instant) {
+        // Changes may be noted a little out of order (a request's time is read before the
+        // level's lock is taken): time never runs back.
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
         self.integral += self.value * dt;
         self.squares += self.value * self.value * dt;
-        self.at = now;
+        self.at = self.at.max(now);
     }
 
     /// The demand is `value` from `now` on.

@@ -12,6 +12,7 @@ use super::config::{
 };
 use crate::authn::Identity;
 use crate::authz::Attributes;
+use std::sync::Arc;
 
 /// True when `fs` matches a request by `id` with attributes `a`.
 pub fn matches(fs: &FlowSchema, id: &Identity, a: &Attributes) -> bool {
@@ -20,64 +21,86 @@ pub fn matches(fs: &FlowSchema, id: &Identity, a: &Attributes) -> bool {
         .any(|rules| subjects_match(rules, id) && attributes_match(rules, a))
 }
 
+/// What [`first_match`] found: the index of the matching schema, if any, and the identity's
+/// user name, shared with the cache (a request's tag keeps it without a copy).
+pub struct Matched {
+    pub at: Option<usize>,
+    pub user: Arc<str>,
+}
+
 /// The index of the first of `schemas` (each `config` of it) that matches a request by `id`
-/// with `a`, as [`matches`] decides, with the subjects' answers for `id` from `cache`.
+/// with `a`, as [`matches`] decides, with the rules whose subjects `id` is from `cache`.
 pub fn first_match<S>(
     schemas: &[S],
     config: impl Fn(&S) -> &FlowSchema,
     cache: &SubjectCache,
     id: &Identity,
     a: &Attributes,
-) -> Option<usize> {
-    let slot = &cache.slots[cache.slot_of(id)];
+) -> Matched {
+    let slot = &cache.slots[cache.slot_of(&id.user)];
     let mut entry = slot.lock().unwrap_or_else(|e| e.into_inner());
-    let known = entry
-        .as_ref()
-        .is_some_and(|e| e.user == id.user && e.groups == id.groups);
-    if !known {
-        let matched = schemas
-            .iter()
-            .flat_map(|s| {
-                config(s)
-                    .rules
-                    .iter()
-                    .map(|rules| subjects_match(rules, id))
-            })
-            .collect();
-        *entry = Some(Subjects {
-            user: id.user.clone(),
+    let subjects = match &mut *entry {
+        Some(known) if *known.user == *id.user && known.groups == id.groups => known,
+        stale => stale.insert(Subjects {
+            user: Arc::from(id.user.as_str()),
             groups: id.groups.clone(),
-            matched,
-        });
+            rules: subject_rules(schemas, &config, id),
+        }),
+    };
+    let at = subjects
+        .rules
+        .iter()
+        .find(|&&(s, r)| {
+            let rules = schemas.get(s as usize).map(&config).map(|fs| &fs.rules);
+            rules
+                .and_then(|rules| rules.get(r as usize))
+                .is_some_and(|rules| attributes_match(rules, a))
+        })
+        .map(|&(s, _)| s as usize);
+    Matched {
+        at,
+        user: subjects.user.clone(),
     }
-    let matched = entry.as_ref().map_or(&[][..], |e| &e.matched[..]);
-    let mut at = 0;
-    schemas.iter().position(|s| {
-        let rules = &config(s).rules;
-        let hit = rules
-            .iter()
-            .zip(&matched[at.min(matched.len())..])
-            .any(|(rules, subject)| *subject && attributes_match(rules, a));
-        at += rules.len();
-        hit
-    })
+}
+
+/// Every (schema, rules) index pair, in order, whose subjects `id` is.
+fn subject_rules<S>(
+    schemas: &[S],
+    config: &impl Fn(&S) -> &FlowSchema,
+    id: &Identity,
+) -> Box<[(u32, u32)]> {
+    let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+    schemas
+        .iter()
+        .enumerate()
+        .flat_map(|(s, schema)| {
+            config(schema)
+                .rules
+                .iter()
+                .enumerate()
+                .filter(|(_, rules)| subjects_match(rules, id))
+                .map(move |(r, _)| (index(s), index(r)))
+        })
+        .collect()
 }
 
 /// Entries of a [`SubjectCache`]: a power of two.
 const SUBJECT_SLOTS: usize = 64;
 
-/// For the identities seen last (one per slot, by a hash of user and groups), which rules'
-/// subjects they match, in schema order. Belongs to one set of schemas: built with them.
+/// For the identities seen last (one per slot, by a hash of the user name), which rules'
+/// subjects they are, in schema order. Belongs to one set of schemas: built with them. An
+/// entry is used only for the exact user and groups it was made for.
 pub struct SubjectCache {
     keys: foldhash::fast::RandomState,
     slots: Box<[std::sync::Mutex<Option<Subjects>>]>,
 }
 
 struct Subjects {
-    user: String,
+    user: Arc<str>,
     groups: Vec<String>,
-    /// Per rules of every schema, in order: whether a subject of them is the identity.
-    matched: Box<[bool]>,
+    /// The (schema, rules) index pairs whose subjects the identity is, in order: only these
+    /// are matched against a request's attributes.
+    rules: Box<[(u32, u32)]>,
 }
 
 impl Default for SubjectCache {
@@ -95,9 +118,9 @@ impl SubjectCache {
         }
     }
 
-    fn slot_of(&self, id: &Identity) -> usize {
+    fn slot_of(&self, user: &str) -> usize {
         use std::hash::BuildHasher as _;
-        let h = self.keys.hash_one((&id.user, &id.groups));
+        let h = self.keys.hash_one(user);
         (h as usize) & (self.slots.len() - 1)
     }
 }
@@ -199,6 +222,11 @@ pub fn flow_hash(schema: &str, distinguisher: &str) -> u64 {
 /// The most queues a hand may hold (a PriorityLevelConfiguration's `handSize` limit).
 pub const MAX_HAND: usize = 128;
 
+/// How many queues a hand of `hand` out of `deck` holds.
+pub fn hand_len(deck: usize, hand: usize) -> usize {
+    hand.min(deck).min(MAX_HAND)
+}
+
 /// A hand of queues, without a heap allocation (queue numbers fit 16 bits: a level has at
 /// most 10,000 queues).
 pub struct Hand {
@@ -213,30 +241,49 @@ impl Hand {
 }
 
 /// The hand of `hand` distinct queues out of `deck` that `hash` deals, in deal order, as
-/// upstream's shuffle-sharding dealer deals it.
-pub fn deal(mut hash: u64, deck: usize, hand: usize) -> Hand {
-    let len = hand.min(deck).min(MAX_HAND);
-    let mut picks = [0u16; MAX_HAND];
-    for (i, pick) in picks.iter_mut().enumerate().take(len) {
+/// upstream's shuffle-sharding dealer deals it. A card does not depend on the cards after
+/// it: a shorter hand is the longer one's beginning.
+pub fn deal(hash: u64, deck: usize, hand: usize) -> Hand {
+    let len = hand_len(deck, hand);
+    let mut out = Hand {
+        cards: [0; MAX_HAND],
+        len,
+    };
+    deal_into(hash, deck, &mut out.cards[..len]);
+    out
+}
+
+/// Card `at` (from 0) of every hand `hash` deals out of `deck` that is longer than `at`.
+pub fn card(hash: u64, deck: usize, at: usize) -> Option<u16> {
+    if at >= deck {
+        return None;
+    }
+    let mut cards = [0; MAX_HAND];
+    let cards = cards.get_mut(..=at)?;
+    deal_into(hash, deck, cards);
+    cards.last().copied()
+}
+
+/// Deals `cards.len()` (at most `deck`) cards into `cards`.
+fn deal_into(mut hash: u64, deck: usize, cards: &mut [u16]) {
+    // Each pick is an index into the queues not dealt yet...
+    for (i, pick) in cards.iter_mut().enumerate() {
         let size = (deck - i) as u64;
         // Below `deck`, so below 2^16 for any deck a level may have.
         *pick = u16::try_from(hash % size).unwrap_or(u16::MAX);
         hash /= size;
     }
-    let mut out = Hand {
-        cards: [0; MAX_HAND],
-        len,
-    };
-    for i in 0..len {
-        let mut card = picks[i];
-        for j in (0..i).rev() {
-            if card >= picks[j] {
-                card += 1;
+    // ...made a queue number by stepping over every earlier pick at or below it. From the
+    // last card back, so that the earlier picks are still picks when read.
+    for i in (0..cards.len()).rev() {
+        let (picks, rest) = cards.split_at_mut(i);
+        let card = &mut rest[0];
+        for &pick in picks.iter().rev() {
+            if *card >= pick {
+                *card += 1;
             }
         }
-        out.cards[i] = card;
     }
-    out
 }
 
 #[cfg(test)]
@@ -259,7 +306,8 @@ mod tests {
         let linear = schemas.iter().position(|s| matches(s, id, &a));
         for _ in 0..2 {
             let cached = CACHE.with(|c| first_match(&schemas, |s| s, c, id, &a));
-            assert_eq!(cached, linear, "{} {path}", id.user);
+            assert_eq!(cached.at, linear, "{} {path}", id.user);
+            assert_eq!(&*cached.user, id.user);
         }
         linear
             .map(|at| schemas[at].name.clone())
@@ -378,6 +426,11 @@ mod tests {
             sorted.dedup();
             assert_eq!(sorted.len(), 6, "{hand:?}");
             assert!(hand.iter().all(|&q| q < 128));
+            for len in 1..=6 {
+                assert_eq!(deal(hash, 128, len).as_slice(), &hand[..len], "a prefix");
+                assert_eq!(card(hash, 128, len - 1), Some(hand[len - 1]));
+            }
+            assert_eq!(card(hash, 4, 4), None, "past the deck");
         }
         // Different flows get different hands.
         assert_ne!(

@@ -179,31 +179,47 @@ impl SchemaMetrics {
     }
 }
 
-/// The PF headers of a classified request.
-#[derive(Debug, Clone)]
-pub struct PfHeaders {
-    pub flow_schema: HeaderValue,
-    pub priority_level: HeaderValue,
-}
+/// The PF headers of a classified request: its schema's UID and its level's, made once per
+/// configuration.
+#[derive(Clone)]
+pub struct PfHeaders(Arc<Schema>);
 
 impl PfHeaders {
     /// Adds them to an answer.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
-        headers.insert(FLOW_SCHEMA_UID, self.flow_schema.clone());
-        headers.insert(PRIORITY_LEVEL_UID, self.priority_level.clone());
+        headers.insert(FLOW_SCHEMA_UID, self.0.uid.clone());
+        headers.insert(PRIORITY_LEVEL_UID, self.0.level.uid.clone());
+    }
+
+    /// `X-Kubernetes-PF-FlowSchema-UID`'s value.
+    pub fn flow_schema(&self) -> &HeaderValue {
+        &self.0.uid
+    }
+}
+
+impl std::fmt::Debug for PfHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PfHeaders")
+            .field("flow_schema", &self.0.uid)
+            .field("priority_level", &self.0.level.uid)
+            .finish()
     }
 }
 
 /// A request running under APF: its seat (given back when dropped, or by [`Ticket::release`]
-/// once a watch is established), and its labels for the metrics.
+/// once a watch is established), and its schema, for the metrics and the PF headers.
 pub struct Ticket {
-    pub headers: PfHeaders,
     seat: Option<Seat>,
     claim: Option<Claim>,
     schema: Arc<Schema>,
 }
 
 impl Ticket {
+    /// The PF headers of its answer.
+    pub fn headers(&self) -> PfHeaders {
+        PfHeaders(self.schema.clone())
+    }
+
     /// Gives the seat back while the request goes on (an established watch).
     pub fn release(&mut self) {
         self.claim = None;
@@ -449,15 +465,16 @@ impl FlowControl {
         }
     }
 
-    /// The schema of a request by `id` with `a`: the first that matches, else `catch-all`.
-    fn classify(&self, id: &Identity, a: &Attributes) -> Option<&Arc<Schema>> {
-        classify::first_match(&self.schemas, |s| &s.config, &self.subjects, id, a)
-            .and_then(|at| self.schemas.get(at))
-            .or_else(|| {
-                self.schemas
-                    .iter()
-                    .find(|s| s.config.name == config::CATCH_ALL)
-            })
+    /// The schema of a request by `id` with `a`: the first that matches, else `catch-all`;
+    /// and the identity's user name, shared.
+    fn classify(&self, id: &Identity, a: &Attributes) -> Option<(&Arc<Schema>, Arc<str>)> {
+        let matched = classify::first_match(&self.schemas, |s| &s.config, &self.subjects, id, a);
+        let schema = matched.at.and_then(|at| self.schemas.get(at)).or_else(|| {
+            self.schemas
+                .iter()
+                .find(|s| s.config.name == config::CATCH_ALL)
+        })?;
+        Some((schema, matched.user))
     }
 
     /// Admits a request by `id` with `a`, for the backend of `apiservice` if any, under
@@ -469,14 +486,11 @@ impl FlowControl {
         a: &Arc<Attributes>,
         apiservice: Option<&str>,
     ) -> Option<Result<Ticket, Rejected>> {
-        let schema = self.classify(id, a)?;
+        let (schema, user) = self.classify(id, a)?;
         let level = &schema.level;
-        let headers = PfHeaders {
-            flow_schema: schema.uid.clone(),
-            priority_level: level.uid.clone(),
-        };
         let arrived = Instant::now();
-        let deadline = arrived + self.wait_limit;
+        // When its wait ends, should it have to wait.
+        let deadline = || (arrived + self.wait_limit).into();
         // Its APIService's share first: waiting (within the same limit) while it is all held.
         let mut claim = None;
         // Whether it waited, for its APIService's share or in a queue.
@@ -494,10 +508,7 @@ impl FlowControl {
                         if let Some(got) = level.claim(name) {
                             break Some(got);
                         }
-                        if tokio::time::timeout_at(deadline.into(), freed)
-                            .await
-                            .is_err()
-                        {
+                        if tokio::time::timeout_at(deadline(), freed).await.is_err() {
                             break None;
                         }
                     };
@@ -506,7 +517,7 @@ impl FlowControl {
                         Some(got) => got,
                         None => {
                             let reason = Reason::ApiServiceLimit;
-                            return Some(Err(self.refuse(schema, headers, reason, true, arrived)));
+                            return Some(Err(self.refuse(schema, reason, true, arrived)));
                         }
                     }
                 }
@@ -518,12 +529,14 @@ impl FlowControl {
         let tag = Tag {
             flow_schema: schema.name.clone(),
             distinguisher: how,
-            user: id.user.clone(),
+            user,
             attrs: a.clone(),
             arrived,
         };
         let m = &schema.metrics;
-        let outcome = match level.set.start(hash, 1, tag) {
+        // The demand changes now: when it arrived, unless it waited for its APIService's share.
+        let now = if waited { Instant::now() } else { arrived };
+        let outcome = match level.set.start(hash, 1, tag, now) {
             Start::Run(seat) => Ok(seat),
             Start::Rejected(reason) => Err((reason, false)),
             Start::Queued {
@@ -533,7 +546,7 @@ impl FlowControl {
             } => {
                 waited = true;
                 m.inqueue.inc();
-                let waited = tokio::time::timeout_at(deadline.into(), rx).await;
+                let waited = tokio::time::timeout_at(deadline(), rx).await;
                 m.inqueue.dec();
                 match waited {
                     Ok(Ok(seat)) => Ok(seat),
@@ -555,23 +568,19 @@ impl FlowControl {
                 m.dispatched.inc();
                 m.executing(1);
                 Some(Ok(Ticket {
-                    headers,
                     seat: Some(seat),
                     claim,
                     schema: schema.clone(),
                 }))
             }
-            Err((reason, queued)) => {
-                Some(Err(self.refuse(schema, headers, reason, queued, arrived)))
-            }
+            Err((reason, queued)) => Some(Err(self.refuse(schema, reason, queued, arrived))),
         }
     }
 
     /// The 429 of a refused request, counted.
     fn refuse(
         &self,
-        schema: &Schema,
-        headers: PfHeaders,
+        schema: &Arc<Schema>,
         reason: Reason,
         queued: bool,
         arrived: Instant,
@@ -603,7 +612,10 @@ impl FlowControl {
             message,
         )
         .with_retry_after(u32::try_from(retry).unwrap_or(u32::MAX));
-        Rejected { headers, status }
+        Rejected {
+            headers: PfHeaders(schema.clone()),
+            status,
+        }
     }
 
     /// `/debug/api_priority_and_fairness/dump_priority_levels`: one line per level, by name.
@@ -721,7 +733,7 @@ impl FlowControl {
                         g => format!("{g}/{}", a.version),
                     };
                     row.extend([
-                        t.user.clone(),
+                        t.user.to_string(),
                         a.verb.clone(),
                         a.path.clone(),
                         a.namespace.clone(),
@@ -1030,7 +1042,7 @@ mod tests {
             panic!("the first request runs")
         };
         assert_eq!(
-            first.headers.flow_schema.to_str().ok(),
+            first.headers().flow_schema().to_str().ok(),
             Some(config::uid("flowschema", "global-default").as_str())
         );
         let Some(Err(refused)) = fc.admit(&alice, &a, None).await else {

@@ -9,7 +9,7 @@
 //! ([`super::borrowing`]); its seat demand is integrated here, where it changes.
 
 use super::borrowing::{Demand, Observed};
-use super::classify::deal;
+use super::classify::{card, deal, hand_len};
 use crate::authz::Attributes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -64,7 +64,7 @@ pub struct Tag {
     pub flow_schema: Arc<str>,
     /// How its schema distinguishes flows: the dump shows the user, the namespace or nothing.
     pub distinguisher: Option<super::config::Distinguisher>,
-    pub user: String,
+    pub user: Arc<str>,
     pub attrs: Arc<Attributes>,
     pub arrived: Instant,
 }
@@ -148,8 +148,11 @@ impl Drop for Seat {
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
-            let unwanted = self.set.dispatch(&mut st);
-            st.note_demand();
+            let unwanted = match st.waiting_seats {
+                0 => Vec::new(),
+                _ => self.set.dispatch(&mut st),
+            };
+            st.note_demand(Instant::now());
             unwanted
         };
         // Seats their requests no longer wanted: given back, outside the lock.
@@ -183,10 +186,10 @@ pub struct Snapshot {
 }
 
 impl State {
-    /// Records the seat demand after a change: seats held and seats waited for.
-    fn note_demand(&mut self) {
+    /// Records the seat demand after a change at `now`: seats held and seats waited for.
+    fn note_demand(&mut self, now: Instant) {
         let demand = self.seats_in_use + self.waiting_seats;
-        self.demand.set(demand, Instant::now());
+        self.demand.set(demand, now);
     }
 }
 
@@ -241,14 +244,15 @@ impl QueueSet {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a request of flow `hash` needing `seats`.
-    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Tag) -> Start {
+    /// Starts a request of flow `hash` needing `seats`; the level's demand changes at `now`
+    /// (the request's arrival, unless it waited before).
+    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Tag, now: Instant) -> Start {
         let mut st = self.lock();
         match self.mode {
-            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag, None)),
+            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag, None, now)),
             Mode::Reject => {
                 if Self::fits(&st, seats) {
-                    Start::Run(self.run(&mut st, None, seats, tag, None))
+                    Start::Run(self.run(&mut st, None, seats, tag, None, now))
                 } else {
                     st.rejected += 1;
                     Start::Rejected(Reason::ConcurrencyLimit)
@@ -259,38 +263,27 @@ impl QueueSet {
                 hand_size,
                 queue_length_limit,
             } => {
-                let hand = deal(hash, queues, hand_size);
-                let hand = hand.as_slice();
-                let offset = st.enqueues % hand.len().max(1);
-                st.enqueues = st.enqueues.wrapping_add(1);
-                // The hand's queue with the least waiting work, from `offset` on.
-                let mut chosen = usize::from(hand[offset]);
-                let mut least = usize::MAX;
-                for i in 0..hand.len() {
-                    let q = usize::from(hand[(offset + i) % hand.len()]);
-                    let work: usize = st.queues[q].waiting.iter().map(|w| w.seats).sum();
-                    if work < least {
-                        least = work;
-                        chosen = q;
-                    }
-                }
+                let Some(chosen) = Self::choose(&mut st, hash, queues, hand_size) else {
+                    st.rejected += 1;
+                    return Start::Rejected(Reason::QueueFull);
+                };
                 if st.seats_in_use >= st.limit
                     && st.queues[chosen].waiting.len() >= queue_length_limit
                 {
                     st.rejected += 1;
                     return Start::Rejected(Reason::QueueFull);
                 }
-                let now = st.now;
+                let virtual_now = st.now;
                 let q = &mut st.queues[chosen];
                 if q.waiting.is_empty() && q.executing == 0 {
                     // An idle queue starts at the present, not with credit from its past.
-                    q.next = q.next.max(now);
+                    q.next = q.next.max(virtual_now);
                 }
                 if st.waiting_seats == 0 && Self::fits(&st, seats) {
                     // Nothing waits and a seat is free: dispatch would pick this request
                     // from its queue at once; do so without the round trip.
-                    let seat = self.begin(&mut st, chosen, seats, tag, None);
-                    st.note_demand();
+                    let seat = self.begin(&mut st, chosen, seats, tag, None, now);
+                    st.note_demand(now);
                     return Start::Run(seat);
                 }
                 let (tx, rx) = oneshot::channel();
@@ -301,7 +294,7 @@ impl QueueSet {
                     .push_back(Waiter { id, seats, tag, tx });
                 st.waiting_seats += seats;
                 let unwanted = self.dispatch(&mut st);
-                st.note_demand();
+                st.note_demand(now);
                 drop(st);
                 drop(unwanted);
                 // Through its queue, as upstream: dispatched at once when a seat was free.
@@ -318,6 +311,28 @@ impl QueueSet {
         }
     }
 
+    /// The queue of flow `hash`'s hand with the least waiting work, the search starting at a
+    /// place in the hand that moves with every request; None for an empty hand.
+    fn choose(st: &mut State, hash: u64, queues: usize, hand_size: usize) -> Option<usize> {
+        let len = hand_len(queues, hand_size);
+        if len == 0 {
+            return None;
+        }
+        let offset = st.enqueues % len;
+        st.enqueues = st.enqueues.wrapping_add(1);
+        if st.waiting_seats == 0 {
+            // Nothing waits: every queue has the same (no) waiting work, so the search ends
+            // where it starts, and the hand need only be dealt that far.
+            return card(hash, queues, offset).map(usize::from);
+        }
+        let hand = deal(hash, queues, hand_size);
+        let hand = hand.as_slice();
+        let in_order = hand[offset..].iter().chain(&hand[..offset]);
+        let work = |q: usize| -> usize { st.queues[q].waiting.iter().map(|w| w.seats).sum() };
+        // The first of the least, as a strict comparison in search order keeps it.
+        in_order.map(|&q| usize::from(q)).min_by_key(|&q| work(q))
+    }
+
     /// Takes a waiter out of its queue (its wait ended); false when it was dispatched first.
     pub fn cancel(&self, queue: usize, id: u64) -> bool {
         let mut st = self.lock();
@@ -330,7 +345,7 @@ impl QueueSet {
         let seats = q.waiting.remove(at).map_or(0, |w| w.seats);
         st.waiting_seats = st.waiting_seats.saturating_sub(seats);
         st.rejected += 1;
-        st.note_demand();
+        st.note_demand(Instant::now());
         true
     }
 
@@ -349,6 +364,7 @@ impl QueueSet {
         seats: usize,
         tag: Tag,
         started: Option<Instant>,
+        now: Instant,
     ) -> Seat {
         st.seats_in_use += seats;
         st.executing += 1;
@@ -371,7 +387,7 @@ impl QueueSet {
             }
         };
         if queue.is_none() {
-            st.note_demand();
+            st.note_demand(now);
         }
         Seat {
             set: self.clone(),
@@ -415,7 +431,8 @@ impl QueueSet {
                 return unwanted;
             };
             st.waiting_seats = st.waiting_seats.saturating_sub(seats);
-            let seat = self.begin(st, q, seats, waiter.tag, Some(Instant::now()));
+            let now = Instant::now();
+            let seat = self.begin(st, q, seats, waiter.tag, Some(now), now);
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
@@ -430,13 +447,14 @@ impl QueueSet {
         seats: usize,
         tag: Tag,
         started: Option<Instant>,
+        now: Instant,
     ) -> Seat {
         st.robin = q;
         let start = st.queues[q].next;
         st.now = st.now.max(start);
         st.queues[q].next = start + seats as f64 * SERVICE;
         st.queues[q].executing += 1;
-        self.run(st, Some(q), seats, tag, started)
+        self.run(st, Some(q), seats, tag, started, now)
     }
 
     /// Every waiting and executing request, for `dump_requests`: by queue, the waiting ones
@@ -523,7 +541,7 @@ mod tests {
     fn exempt_and_reject_levels() {
         let exempt = QueueSet::new(Mode::Exempt, 0);
         let seats: Vec<_> = (0..100)
-            .map(|_| match exempt.start(1, 1, tag()) {
+            .map(|_| match exempt.start(1, 1, tag(), Instant::now()) {
                 Start::Run(s) => s,
                 _ => panic!("an exempt level never waits"),
             })
@@ -531,14 +549,17 @@ mod tests {
         assert_eq!(exempt.snapshot().executing, 100);
         drop(seats);
         let reject = QueueSet::new(Mode::Reject, 2);
-        let a = reject.start(1, 1, tag());
-        let b = reject.start(2, 1, tag());
+        let a = reject.start(1, 1, tag(), Instant::now());
+        let b = reject.start(2, 1, tag(), Instant::now());
         assert!(matches!(
-            reject.start(3, 1, tag()),
+            reject.start(3, 1, tag(), Instant::now()),
             Start::Rejected(Reason::ConcurrencyLimit)
         ));
         drop(a);
-        assert!(matches!(reject.start(3, 1, tag()), Start::Run(_)));
+        assert!(matches!(
+            reject.start(3, 1, tag(), Instant::now()),
+            Start::Run(_)
+        ));
         drop(b);
     }
 
@@ -547,18 +568,18 @@ mod tests {
     #[tokio::test]
     async fn fair_queuing_serves_the_quiet_flow_before_the_noisy_ones_backlog() {
         let set = QueueSet::new(queue_mode(8, 1, 1), 1);
-        let Start::Run(first) = set.start(0, 1, tag()) else {
+        let Start::Run(first) = set.start(0, 1, tag(), Instant::now()) else {
             panic!("a free seat runs at once")
         };
         // The noisy flow (hash 0 → queue 0) queues three; then the quiet flow (hash 5).
         let mut noisy = Vec::new();
         for _ in 0..3 {
-            match set.start(0, 1, tag()) {
+            match set.start(0, 1, tag(), Instant::now()) {
                 Start::Queued { rx, queue, .. } => noisy.push((rx, queue)),
                 _ => panic!("queued"),
             }
         }
-        let Start::Queued { mut rx, queue, .. } = set.start(5, 1, tag()) else {
+        let Start::Queued { mut rx, queue, .. } = set.start(5, 1, tag(), Instant::now()) else {
             panic!("queued")
         };
         assert_ne!(queue, noisy[0].1, "the flows are in different queues");
@@ -579,21 +600,24 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_only_when_every_seat_is_taken() {
         let set = QueueSet::new(queue_mode(1, 1, 1), 1);
-        let Start::Run(_running) = set.start(0, 1, tag()) else {
+        let Start::Run(_running) = set.start(0, 1, tag(), Instant::now()) else {
             panic!("a free seat runs at once")
         };
         let mut waiting = Vec::new();
         for _ in 0..3 {
-            waiting.push(set.start(0, 1, tag()));
+            waiting.push(set.start(0, 1, tag(), Instant::now()));
         }
         assert!(matches!(
-            set.start(0, 1, tag()),
+            set.start(0, 1, tag(), Instant::now()),
             Start::Rejected(Reason::QueueFull)
         ));
         // A waiter that gives up leaves room.
         if let Some(Start::Queued { id, queue, .. }) = waiting.pop() {
             assert!(set.cancel(queue, id));
         }
-        assert!(matches!(set.start(0, 1, tag()), Start::Queued { .. }));
+        assert!(matches!(
+            set.start(0, 1, tag(), Instant::now()),
+            Start::Queued { .. }
+        ));
     }
 }

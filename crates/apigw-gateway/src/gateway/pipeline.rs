@@ -220,7 +220,7 @@ impl Gateway {
                 )
             }
         };
-        let pf = ticket.as_ref().map(|t| t.headers.clone());
+        let pf = ticket.as_ref().map(Ticket::headers);
         let admitted = self
             .authz
             .authorize_as(identity, real, &info.attrs)
