@@ -300,7 +300,7 @@ impl Env {
         services: &[serde_json::Value],
         backend: SocketAddr,
     ) -> anyhow::Result<(Proc, Target)> {
-        self.start_gateway(name, services, backend, &self.gateway_log)
+        self.start_gateway(name, services, backend, &self.gateway_log, &[])
             .await
     }
 
@@ -312,18 +312,34 @@ impl Env {
         services: &[serde_json::Value],
         backend: SocketAddr,
     ) -> anyhow::Result<(Proc, Target)> {
-        let (proc, mut target) = self.start_gateway(name, services, backend, "info").await?;
+        let (proc, mut target) = self
+            .start_gateway(name, services, backend, "info", &[])
+            .await?;
         target.name = LOG_TARGET.into();
         Ok((proc, target))
     }
 
-    /// Starts a gateway with `RUST_LOG=rust_log` and waits until it is ready.
+    /// [`Env::gateway`] with `RUST_LOG=rust_log` and the flags `extra` after the run's.
+    pub async fn gateway_with(
+        &self,
+        name: &str,
+        services: &[serde_json::Value],
+        rust_log: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<(Proc, Target)> {
+        self.start_gateway(name, services, self.sample_addr, rust_log, extra)
+            .await
+    }
+
+    /// Starts a gateway with `RUST_LOG=rust_log` and the flags `extra` after the run's, and
+    /// waits until it is ready.
     async fn start_gateway(
         &self,
         name: &str,
         services: &[serde_json::Value],
         backend: SocketAddr,
         rust_log: &str,
+        extra: &[&str],
     ) -> anyhow::Result<(Proc, Target)> {
         let manifests = self.dir.path().join(format!("{name}-apiservices"));
         std::fs::create_dir_all(&manifests)
@@ -351,6 +367,7 @@ impl Env {
             .arg("--resolve")
             .arg(format!("{SERVICE_NAME}:443={backend}"))
             .args(&self.gateway_args)
+            .args(extra)
             .env("RUST_LOG", rust_log);
         let mut proc = Proc::spawn(name, cmd, self.dir.path())?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));

@@ -11,8 +11,9 @@
 //!
 //! [`env`] owns the processes and TLS clients, [`peers`] nginx and haproxy, [`load`] the load
 //! generator, [`stats`] `/proc`, [`run`] the order of a run, [`scenarios`], [`big_list`],
-//! [`nginx_backend`] and [`watches`] the scenarios, [`report`] and [`report_checks`] the output.
+//! [`nginx_backend`], [`watches`] and [`apf_cost`] the scenarios, [`report`] and [`report_checks`] the output.
 
+mod apf_cost;
 mod big_list;
 mod env;
 mod kube;
@@ -35,7 +36,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 15] = [
+pub const SCENARIOS: [&str; 16] = [
     "small-get",
     "small-get-c1",
     "small-get-h2",
@@ -51,6 +52,7 @@ pub const SCENARIOS: [&str; 15] = [
     "handshake",
     kube::RBAC,
     kube::ALLOW,
+    apf_cost::NAME,
 ];
 
 /// Flags of `apigw-bench`.

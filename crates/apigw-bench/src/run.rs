@@ -7,7 +7,9 @@ use super::load::{Proto, Target};
 use super::peers::{self, Peer};
 use super::report::Report;
 use super::stats::Machine;
-use super::{big_list, kube, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings};
+use super::{
+    apf_cost, big_list, kube, nginx_backend, scenarios, watches, BenchArgs, Figure, Row, Settings,
+};
 
 /// The targets of one run and what was left out.
 struct World {
@@ -240,6 +242,16 @@ async fn one(
                 }
             }
         }
+        apf_cost::NAME => match apf_cost::run(s, &w.env).await {
+            Ok((r, f)) => {
+                figures.extend(f);
+                r
+            }
+            Err(e) => {
+                w.errors.push(format!("{scenario}: {e:#}"));
+                Vec::new()
+            }
+        },
         "big-list" => match big_list(s, w).await {
             Ok((r, f)) => {
                 figures.extend(f);

@@ -21,7 +21,7 @@ pub const SINK: &str = "/apis/wardle.example.com/v1alpha1/bench/sink";
 pub const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 impl Settings {
-    fn job(&self, method: Method, path: &str, proto: Proto, concurrency: usize) -> Job {
+    pub(super) fn job(&self, method: Method, path: &str, proto: Proto, concurrency: usize) -> Job {
         Job {
             method,
             path: path.into(),
@@ -69,7 +69,7 @@ pub(super) async fn side_by_side(
 }
 
 /// The target indexes of round `round` (from 0) of `len` targets: starting at `round mod len`.
-fn round_order(round: usize, len: usize) -> impl Iterator<Item = usize> {
+pub(super) fn round_order(round: usize, len: usize) -> impl Iterator<Item = usize> {
     (0..len).map(move |k| (round + k) % len)
 }
 

@@ -158,3 +158,61 @@ fn quick_bench_runs_against_kube_aggregator() {
     assert!(size("apigw").is_some(), "{stdout}");
     assert_eq!(size("apigw"), size("kube-aggregator"), "{stdout}");
 }
+
+/// `apigw-bench --quick --scenarios apf-cost`: four gateways (APF on and off, access log off
+/// and on) through the same rounds, and a paired on/off figure per pair and protocol.
+#[test]
+fn quick_apf_cost_pairs_its_rounds() {
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json = dir.path().join("bench.json");
+    let out = Command::new(bench)
+        .args([
+            "--quick",
+            "--no-install",
+            "--no-peers",
+            "--concurrency",
+            "4",
+        ])
+        .args(["--scenarios", "apf-cost"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(dir.path().join("bench.md"))
+        .output()
+        .expect("running apigw-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+            .expect("valid JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    for scenario in ["apf-cost", "apf-cost-h2"] {
+        for target in ["apigw", "apigw-no-apf", "apigw-log", "apigw-log-no-apf"] {
+            let row = rows
+                .iter()
+                .find(|r| r["scenario"] == scenario && r["target"] == target)
+                .unwrap_or_else(|| panic!("no {scenario} row for {target}: {stdout}"));
+            assert!(row["requests"].as_u64() > Some(0), "{row}");
+            assert_eq!(row["errors"], 0, "{row}");
+            assert_eq!(row["rounds_rps"].as_array().map(Vec::len), Some(2), "{row}");
+        }
+        for pair in ["access log off", "access log on"] {
+            let name = format!("APF on/off CPU per request ({pair})");
+            let figure = report["figures"]
+                .as_array()
+                .expect("figures")
+                .iter()
+                .find(|f| f["scenario"] == scenario && f["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("no {name} in {scenario}: {stdout}"));
+            assert!(figure["value"].as_f64() > Some(0.0), "{figure}");
+            let note = figure["note"].as_str().unwrap_or_default();
+            assert!(note.contains("median of 2 paired rounds"), "{figure}");
+        }
+    }
+    assert!(
+        stdout.contains("apf-cost: apigw CPU per request with APF <= 1.03x without"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,164 @@
+//! `apf-cost`: what API Priority and Fairness costs, as CPU per request of the same gateway
+//! with it on and off, measured in pairs so that the machine's drift cancels out.
+//!
+//! Four gateways in front of the run's sample server: `apigw` and `apigw-no-apf`
+//! (`--enable-priority-and-fairness=false`) with the access log off, `apigw-log` and
+//! `apigw-log-no-apf` with it on (apigw's default configuration). The client is the dev PKI's
+//! `dev-user`, whom upstream's configuration puts in `global-default` (queued, not exempt), so
+//! every request is classified, queued for a seat and answered with the PF headers. The small
+//! GET (1 KiB) runs over HTTP/1.1 (`apf-cost`) and HTTP/2 (`apf-cost-h2`) at the configured
+//! concurrency, [`ROUNDS`] rounds (more with `--rounds`), each round through the four gateways
+//! in rotating order. A round's ratio is its APF-on CPU per request over its APF-off one; the
+//! figure is the median of the rounds' ratios, with their range in its note.
+
+use super::env::{client_configs, Env, Proc};
+use super::load::{self, Measured, Proto, Target};
+use super::scenarios::{round_order, PAYLOAD};
+use super::{Figure, Row, Settings};
+use http::Method;
+
+pub const NAME: &str = "apf-cost";
+
+/// How its figures' names begin.
+pub const FIGURE: &str = "APF on/off CPU per request";
+
+/// Rounds at least (one with `--quick` is too few to pair: two).
+const ROUNDS: usize = 7;
+
+/// The flag that turns APF off.
+const APF_OFF: &str = "--enable-priority-and-fairness=false";
+
+/// The gateways: name, `RUST_LOG`, whether APF is off.
+const GATEWAYS: [(&str, &str, bool); 4] = [
+    ("apigw", "warn", false),
+    ("apigw-no-apf", "warn", true),
+    ("apigw-log", "info", false),
+    ("apigw-log-no-apf", "info", true),
+];
+
+/// The pairs compared: (APF on, APF off) indexes into [`GATEWAYS`], and what they measure.
+const PAIRS: [(usize, usize, &str); 2] = [(0, 1, "access log off"), (2, 3, "access log on")];
+
+/// Runs the scenario: a row per gateway and protocol, and a figure per pair and protocol.
+pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figure>)> {
+    let services = [env.wardle_apiservice()?];
+    let user = client_configs(
+        &env.pki("ca.crt"),
+        &env.pki("user.crt"),
+        &env.pki("user.key"),
+    )?;
+    let mut procs: Vec<Proc> = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
+    for (name, rust_log, off) in GATEWAYS {
+        let extra: &[&str] = if off { &[APF_OFF] } else { &[] };
+        let (proc, mut target) = env.gateway_with(name, &services, rust_log, extra).await?;
+        target.name = name.into();
+        (target.h1, target.h2) = user.clone();
+        procs.push(proc);
+        targets.push(target);
+    }
+    let rounds = s.rounds.max(if s.quick { 2 } else { ROUNDS });
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    for (scenario, proto) in [(NAME, Proto::H1), ("apf-cost-h2", Proto::H2)] {
+        let job = s.job(
+            Method::GET,
+            &format!("{PAYLOAD}?bytes=1024"),
+            proto,
+            s.concurrency,
+        );
+        let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
+        for round in 0..rounds {
+            for i in round_order(round, targets.len()) {
+                let name = &targets[i].name;
+                eprintln!("apigw-bench: {scenario} via {name} (round {})", round + 1);
+                runs[i].push(load::run(&targets[i], &job).await);
+            }
+        }
+        for (on, off, what) in PAIRS {
+            figures.push(paired(scenario, what, &runs[on], &runs[off]));
+        }
+        for (target, runs) in targets.iter().zip(runs) {
+            let mut row = Row::new(scenario, &target.name, &job, load::median(&runs));
+            row.rounds_rps = runs.iter().map(|m| m.rps).collect();
+            rows.push(row);
+        }
+    }
+    for proc in &mut procs {
+        if let Some(status) = proc.exited() {
+            anyhow::bail!("{} exited during {NAME} ({status})", proc.name);
+        }
+    }
+    Ok((rows, figures))
+}
+
+/// The figure of one pair: the median of the rounds' on/off ratios of CPU per request.
+fn paired(scenario: &str, what: &str, on: &[Measured], off: &[Measured]) -> Figure {
+    let mut ratios: Vec<f64> = on
+        .iter()
+        .zip(off)
+        .filter(|(a, b)| a.requests > 0 && b.requests > 0)
+        .map(|(a, b)| a.cpu_us_per_req / b.cpu_us_per_req.max(1e-9))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let ratio = median(&ratios);
+    let errors: Vec<String> = on
+        .iter()
+        .chain(off)
+        .filter_map(|m| m.first_error.clone())
+        .collect();
+    let cpu = |runs: &[Measured]| median(&sorted(runs.iter().map(|m| m.cpu_us_per_req)));
+    let range = match (ratios.first(), ratios.last()) {
+        (Some(lo), Some(hi)) => format!("{lo:.3}x to {hi:.3}x"),
+        _ => "none".into(),
+    };
+    Figure::new(scenario, &format!("{FIGURE} ({what})"), ratio, "x")
+        .errors(&errors)
+        .note(format!(
+            "median of {} paired rounds, range {range}; CPU µs/req on {:.2}, off {:.2} (medians)",
+            ratios.len(),
+            cpu(on),
+            cpu(off)
+        ))
+}
+
+fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// The median of sorted `v` (0 when empty).
+fn median(v: &[f64]) -> f64 {
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(cpu_us_per_req: f64) -> Measured {
+        Measured {
+            requests: 100,
+            cpu_us_per_req,
+            ..Measured::default()
+        }
+    }
+
+    #[test]
+    fn the_figure_is_the_median_of_paired_ratios() {
+        // Drift: both sides slow down together; pairing keeps the ratio.
+        let on = [10.3, 20.6, 15.45].map(measured);
+        let off = [10.0, 20.0, 15.0].map(measured);
+        let f = paired(NAME, "access log off", &on, &off);
+        assert!((f.value - 1.03).abs() < 1e-9, "{}", f.value);
+        assert_eq!(f.errors, 0);
+        let note = f.note.unwrap_or_default();
+        assert!(note.contains("median of 3 paired rounds"), "{note}");
+        assert_eq!(median(&[1.0, 2.0, 4.0, 8.0]), 3.0);
+    }
+}
