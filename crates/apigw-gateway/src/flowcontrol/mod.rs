@@ -78,61 +78,101 @@ pub struct Level {
     retry_after: Mutex<RetryAfter>,
     /// The seats one APIService's requests may hold; None for the exempt level.
     apiservice_cap: Option<usize>,
-    /// Seats held per APIService: a counter each, shared with its claims (pruned every
-    /// borrowing period once no claim holds it).
-    held: Mutex<HashMap<Arc<str>, Arc<AtomicUsize>, foldhash::fast::RandomState>>,
-    /// Requests waiting for their APIService's share, so that a claim given back wakes
-    /// them only when there are any.
-    claim_waiters: AtomicUsize,
-    /// Woken when an APIService's request gives its claim back.
+    /// Each APIService's share of the level, shared with its claims (pruned every borrowing
+    /// period once no claim holds it).
+    shares: Mutex<HashMap<Arc<str>, Arc<Share>, foldhash::fast::RandomState>>,
+}
+
+/// One APIService's share of a level: the seats its requests hold, and its requests waiting
+/// for one of them, each woken alone when a seat is given back.
+#[derive(Default)]
+struct Share {
+    held: AtomicUsize,
+    waiters: AtomicUsize,
     freed: tokio::sync::Notify,
 }
 
-/// One APIService's hold on a seat of a level, given back when dropped.
-struct Claim {
-    level: Arc<Level>,
-    held: Arc<AtomicUsize>,
+impl Share {
+    /// A seat's worth of the share, unless its requests hold `cap` already.
+    fn claim(self: &Arc<Self>, cap: usize) -> Option<Claim> {
+        self.held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Claim(self.clone()))
+    }
+
+    /// [`Share::claim`], waiting until `deadline` while the share is all held.
+    async fn claim_by(
+        self: &Arc<Self>,
+        cap: usize,
+        deadline: tokio::time::Instant,
+    ) -> Option<Claim> {
+        // SeqCst with the releaser's: either this sees the seat given back, or it sees a waiter.
+        // Counted out however the wait ends, also when the request is dropped while waiting.
+        let _waiting = Waiting::on(&self.waiters);
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(got) = self.claim(cap) {
+                return Some(got);
+            }
+            // A wake a later arrival beat to the seat waits for the next one.
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return None;
+            }
+        }
+    }
 }
+
+/// One waiter on a [`Share`], counted while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(waiters: &'a AtomicUsize) -> Self {
+        waiters.fetch_add(1, Ordering::SeqCst);
+        Self(waiters)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One APIService's hold on a seat of a level, given back when dropped: one waiter of the same
+/// APIService is woken (a waiter that has gone passes the wake on).
+struct Claim(Arc<Share>);
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        // SeqCst with the waiter's: either it sees the seat given back, or this sees it waiting.
-        self.held.fetch_sub(1, Ordering::SeqCst);
-        if self.level.claim_waiters.load(Ordering::SeqCst) > 0 {
-            self.level.freed.notify_waiters();
+        let share = &self.0;
+        share.held.fetch_sub(1, Ordering::SeqCst);
+        if share.waiters.load(Ordering::SeqCst) > 0 {
+            share.freed.notify_one();
         }
     }
 }
 
 impl Level {
-    /// A seat's worth of `apiservice`'s share (None inside when uncapped), or None when its
-    /// requests already hold all of it.
-    fn claim(self: &Arc<Self>, apiservice: &str) -> Option<Option<Claim>> {
-        let Some(cap) = self.apiservice_cap else {
-            return Some(None);
+    /// `apiservice`'s share of the level and its cap; None for a level without caps.
+    fn share(&self, apiservice: &str) -> Option<(Arc<Share>, usize)> {
+        let cap = self.apiservice_cap?;
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        let share = match shares.get(apiservice) {
+            Some(share) => share.clone(),
+            None => shares.entry(Arc::from(apiservice)).or_default().clone(),
         };
-        let counter = {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            match held.get(apiservice) {
-                Some(c) => c.clone(),
-                None => held.entry(Arc::from(apiservice)).or_default().clone(),
-            }
-        };
-        counter
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < cap).then_some(n + 1)
-            })
-            .ok()?;
-        Some(Some(Claim {
-            level: self.clone(),
-            held: counter,
-        }))
+        Some((share, cap))
     }
 
-    /// Forgets the APIServices none of whose requests holds a seat.
-    fn prune_held(&self) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|_, c| Arc::strong_count(c) > 1 || c.load(Ordering::SeqCst) > 0);
+    /// Forgets the APIServices none of whose requests holds or waits for a seat.
+    fn prune_shares(&self) {
+        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
+        shares.retain(|_, s| Arc::strong_count(s) > 1 || s.held.load(Ordering::SeqCst) > 0);
     }
 }
 
@@ -404,9 +444,7 @@ impl FlowControl {
                     set: QueueSet::new(mode, nominal),
                     retry_after: Mutex::new(RetryAfter::default()),
                     apiservice_cap,
-                    held: Mutex::default(),
-                    claim_waiters: AtomicUsize::new(0),
-                    freed: tokio::sync::Notify::new(),
+                    shares: Mutex::default(),
                     config,
                 };
                 (level.config.name.clone(), Arc::new(level))
@@ -455,7 +493,7 @@ impl FlowControl {
         let fair = borrowing::adjust(&mut adjusting);
         self.metrics.fair.set(fair);
         for (level, next) in levels.iter().zip(adjusting) {
-            level.prune_held();
+            level.prune_shares();
             *level.smoothed.lock().unwrap_or_else(|e| e.into_inner()) = next.smoothed;
             level.set.set_limit(next.current);
             self.metrics
@@ -490,31 +528,18 @@ impl FlowControl {
         let level = &schema.level;
         let arrived = Instant::now();
         // When its wait ends, should it have to wait.
-        let deadline = || (arrived + self.wait_limit).into();
+        let deadline = || tokio::time::Instant::from(arrived + self.wait_limit);
         // Its APIService's share first: waiting (within the same limit) while it is all held.
         let mut claim = None;
         // Whether it waited, for its APIService's share or in a queue.
         let mut waited = false;
-        if let Some(name) = apiservice {
-            claim = match level.claim(name) {
-                Some(got) => got,
+        if let Some((share, cap)) = apiservice.and_then(|name| level.share(name)) {
+            claim = match share.claim(cap) {
+                Some(got) => Some(got),
                 None => {
                     waited = true;
-                    level.claim_waiters.fetch_add(1, Ordering::SeqCst);
-                    let got = loop {
-                        let freed = level.freed.notified();
-                        tokio::pin!(freed);
-                        freed.as_mut().enable();
-                        if let Some(got) = level.claim(name) {
-                            break Some(got);
-                        }
-                        if tokio::time::timeout_at(deadline(), freed).await.is_err() {
-                            break None;
-                        }
-                    };
-                    level.claim_waiters.fetch_sub(1, Ordering::SeqCst);
-                    match got {
-                        Some(got) => got,
+                    match share.claim_by(cap, deadline()).await {
+                        Some(got) => Some(got),
                         None => {
                             let reason = Reason::ApiServiceLimit;
                             return Some(Err(self.refuse(schema, reason, true, arrived)));
@@ -1059,6 +1084,57 @@ mod tests {
         }
         drop(first);
         assert!(matches!(fc.admit(&alice, &a, None).await, Some(Ok(_))));
+    }
+
+    /// A seat given back wakes one waiter of the same APIService; a waiter dropped while it
+    /// waits is no longer counted; a waiter past its deadline gets none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_share_given_back_goes_to_one_waiter() {
+        let share = Arc::new(Share::default());
+        let later = || tokio::time::Instant::now() + Duration::from_secs(30);
+        let first = share.claim(1).expect("a free share");
+        assert!(share.claim(1).is_none(), "the cap");
+        let waiter = |share: &Arc<Share>| {
+            let share = share.clone();
+            tokio::spawn(async move { share.claim_by(1, later()).await })
+        };
+        let (mut b, mut c) = (waiter(&share), waiter(&share));
+        while share.waiters.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // One seat, given back: one waiter has it, the other still waits.
+        drop(first);
+        let (done, pending) = tokio::select! {
+            got = &mut b => (got, c),
+            got = &mut c => (got, b),
+        };
+        let second = done.expect("the waiter").expect("the seat given back");
+        assert_eq!(share.waiters.load(Ordering::SeqCst), 1);
+        assert_eq!(share.held.load(Ordering::SeqCst), 1);
+        // The next one, to the remaining waiter, also after a third waiter gave up.
+        let gone = waiter(&share);
+        while share.waiters.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        gone.abort();
+        assert!(gone.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(
+            share.waiters.load(Ordering::SeqCst),
+            1,
+            "the dropped waiter"
+        );
+        drop(second);
+        let third = tokio::time::timeout(Duration::from_secs(5), pending)
+            .await
+            .expect("woken within 5 s")
+            .expect("the waiter")
+            .expect("the seat given back");
+        assert_eq!(share.held.load(Ordering::SeqCst), 1);
+        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
+        assert!(share.claim_by(1, soon).await.is_none(), "past its deadline");
+        drop(third);
+        assert_eq!(share.held.load(Ordering::SeqCst), 0);
+        assert_eq!(share.waiters.load(Ordering::SeqCst), 0);
     }
 
     #[test]
