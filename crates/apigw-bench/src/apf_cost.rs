@@ -7,9 +7,17 @@
 //! `dev-user`, whom upstream's configuration puts in `global-default` (queued, not exempt), so
 //! every request is classified, queued for a seat and answered with the PF headers. The small
 //! GET (1 KiB) runs over HTTP/1.1 (`apf-cost`) and HTTP/2 (`apf-cost-h2`) at the configured
-//! concurrency, [`ROUNDS`] rounds (more with `--rounds`), each round through the four gateways
-//! in rotating order. A round's ratio is its APF-on CPU per request over its APF-off one; the
-//! figure is the median of the rounds' ratios, with their range in its note.
+//! concurrency, and over HTTP/1.1 at 16 in flight (`apf-cost-c16`): below the 24 of
+//! global-default's 49 seats one APIService may hold by default, so that no request waits for
+//! its APIService's share, which at 32 in flight a quarter of them do. Each runs [`ROUNDS`]
+//! rounds (more with `--rounds`), each round through the four gateways in rotating order. A
+//! round's ratio is its APF-on CPU per request over its APF-off one; the figure is the median
+//! of the rounds' ratios, with their range in its note.
+//!
+//! On a machine with more than one CPU (and `taskset`), the gateways run on the last CPU and
+//! the load generator and the backend on the others while the scenario runs, so that the
+//! gateways do not compete with them for a core: a round's ratio then moves by a few percent
+//! instead of by a fifth.
 
 use super::env::{client_configs, Env, Proc};
 use super::load::{self, Measured, Proto, Target};
@@ -24,6 +32,9 @@ pub const FIGURE: &str = "APF on/off CPU per request";
 
 /// Rounds at least (one with `--quick` is too few to pair: two).
 const ROUNDS: usize = 7;
+
+/// Requests in flight below one APIService's default share of `global-default` (24 seats).
+const BELOW_SHARE: usize = 16;
 
 /// The flag that turns APF off.
 const APF_OFF: &str = "--enable-priority-and-fairness=false";
@@ -57,15 +68,21 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
         procs.push(proc);
         targets.push(target);
     }
+    let pinned = Pinned::apart(&procs, env.sample.pid());
     let rounds = s.rounds.max(if s.quick { 2 } else { ROUNDS });
     let mut rows = Vec::new();
     let mut figures = Vec::new();
-    for (scenario, proto) in [(NAME, Proto::H1), ("apf-cost-h2", Proto::H2)] {
+    let variants = [
+        (NAME, Proto::H1, s.concurrency),
+        ("apf-cost-h2", Proto::H2, s.concurrency),
+        ("apf-cost-c16", Proto::H1, BELOW_SHARE),
+    ];
+    for (scenario, proto, concurrency) in variants {
         let job = s.job(
             Method::GET,
             &format!("{PAYLOAD}?bytes=1024"),
             proto,
-            s.concurrency,
+            concurrency,
         );
         let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
         for round in 0..rounds {
@@ -84,12 +101,63 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
             rows.push(row);
         }
     }
+    drop(pinned);
     for proc in &mut procs {
         if let Some(status) = proc.exited() {
             anyhow::bail!("{} exited during {NAME} ({status})", proc.name);
         }
     }
     Ok((rows, figures))
+}
+
+/// The gateways on the last CPU and this process and the backend on the others, until
+/// dropped (everything back on every CPU). Nothing when there is one CPU or no `taskset`.
+struct Pinned {
+    pids: Vec<u32>,
+    all: String,
+}
+
+impl Pinned {
+    fn apart(gateways: &[Proc], backend: u32) -> Option<Self> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            return None;
+        }
+        let last = cpus - 1;
+        let rest = format!("0-{}", last - 1);
+        let mine = [std::process::id(), backend];
+        let gateways: Vec<u32> = gateways.iter().map(Proc::pid).collect();
+        let pinned = gateways
+            .iter()
+            .map(|&pid| (pid, last.to_string()))
+            .chain(mine.iter().map(|&pid| (pid, rest.clone())))
+            .all(|(pid, cpus)| taskset(pid, &cpus));
+        if !pinned {
+            eprintln!("apigw-bench: {NAME}: taskset failed; the gateways share every CPU");
+        }
+        Some(Self {
+            pids: gateways.into_iter().chain(mine).collect(),
+            all: format!("0-{last}"),
+        })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            taskset(pid, &self.all);
+        }
+    }
+}
+
+/// Every thread of `pid` on `cpus` (a `taskset` list).
+fn taskset(pid: u32, cpus: &str) -> bool {
+    std::process::Command::new("taskset")
+        .args(["--all-tasks", "--pid", "--cpu-list", cpus])
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The figure of one pair: the median of the rounds' on/off ratios of CPU per request.

@@ -160,7 +160,7 @@ fn quick_bench_runs_against_kube_aggregator() {
 }
 
 /// `apigw-bench --quick --scenarios apf-cost`: four gateways (APF on and off, access log off
-/// and on) through the same rounds, and a paired on/off figure per pair and protocol.
+/// and on) through the same rounds, and a paired on/off figure per pair and variant.
 #[test]
 fn quick_apf_cost_pairs_its_rounds() {
     let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
@@ -188,7 +188,7 @@ fn quick_apf_cost_pairs_its_rounds() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
             .expect("valid JSON");
     let rows = report["rows"].as_array().expect("rows");
-    for scenario in ["apf-cost", "apf-cost-h2"] {
+    for scenario in ["apf-cost", "apf-cost-h2", "apf-cost-c16"] {
         for target in ["apigw", "apigw-no-apf", "apigw-log", "apigw-log-no-apf"] {
             let row = rows
                 .iter()
