@@ -113,9 +113,20 @@ func (l *load) workers() []worker {
 
 // failed records err for kind unless it is the end of the run cancelling the operation.
 func (l *load) failed(ctx context.Context, kind string, err error) {
-	if ctx.Err() == nil {
+	if !ending(ctx) {
 		l.tally.fail(kind, err)
 	}
+}
+
+// ending is true once the run's deadline has come: also in the instant before ctx says so,
+// when a connection deadline set from ctx's (the WebSocket dialer sets one for its handshake)
+// has already failed an operation with "i/o timeout".
+func ending(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
 }
 
 func (l *load) list(ctx context.Context, c clients) {
@@ -144,7 +155,7 @@ func (l *load) watch(ctx context.Context, c clients) {
 		events++
 		l.tally.note("watch events")
 	}
-	if ctx.Err() == nil {
+	if !ending(ctx) {
 		l.tally.failAs("watch", classWatchEnded, fmt.Sprintf("the watch ended after %d events", events))
 	}
 }
@@ -255,7 +266,7 @@ func (l *load) dropWatch(ctx context.Context, c clients) {
 	case ev, open := <-w.ResultChan():
 		switch {
 		case !open:
-			if ctx.Err() == nil {
+			if !ending(ctx) {
 				l.tally.failAs("drop", classWatchEnded, "the watch ended before its first event")
 			}
 		case ev.Type == watch.Error:
