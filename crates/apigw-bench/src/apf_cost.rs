@@ -168,14 +168,13 @@ fn paired(scenario: &str, what: &str, on: &[Measured], off: &[Measured]) -> Figu
         .filter(|(a, b)| a.requests > 0 && b.requests > 0)
         .map(|(a, b)| a.cpu_us_per_req / b.cpu_us_per_req.max(1e-9))
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let ratio = median(&ratios);
+    let ratio = load::median_of(&mut ratios);
     let errors: Vec<String> = on
         .iter()
         .chain(off)
         .filter_map(|m| m.first_error.clone())
         .collect();
-    let cpu = |runs: &[Measured]| median(&sorted(runs.iter().map(|m| m.cpu_us_per_req)));
+    let cpu = |runs: &[Measured]| load::median(runs).cpu_us_per_req;
     let range = match (ratios.first(), ratios.last()) {
         (Some(lo), Some(hi)) => format!("{lo:.3}x to {hi:.3}x"),
         _ => "none".into(),
@@ -188,21 +187,6 @@ fn paired(scenario: &str, what: &str, on: &[Measured], off: &[Measured]) -> Figu
             cpu(on),
             cpu(off)
         ))
-}
-
-fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v
-}
-
-/// The median of sorted `v` (0 when empty).
-fn median(v: &[f64]) -> f64 {
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 #[cfg(test)]
@@ -227,6 +211,6 @@ mod tests {
         assert_eq!(f.errors, 0);
         let note = f.note.unwrap_or_default();
         assert!(note.contains("median of 3 paired rounds"), "{note}");
-        assert_eq!(median(&[1.0, 2.0, 4.0, 8.0]), 3.0);
+        assert_eq!(load::median_of(&mut [8.0, 2.0, 4.0, 1.0]), 3.0);
     }
 }

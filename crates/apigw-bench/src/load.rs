@@ -413,15 +413,7 @@ pub fn from_samples(
 /// CPU figure (the mean of the middle two for an even count), the total requests and errors,
 /// the first round's starting memory and the highest peak.
 pub fn median(rounds: &[Measured]) -> Measured {
-    let mid = |f: fn(&Measured) -> f64| {
-        let mut v: Vec<f64> = rounds.iter().map(f).collect();
-        v.sort_unstable_by(f64::total_cmp);
-        match v.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    };
+    let mid = |f: fn(&Measured) -> f64| median_of(&mut rounds.iter().map(f).collect::<Vec<_>>());
     Measured {
         requests: rounds.iter().map(|m| m.requests).sum(),
         errors: rounds.iter().map(|m| m.errors).sum(),
@@ -442,6 +434,17 @@ pub fn median(rounds: &[Measured]) -> Measured {
         },
         cpu_us_per_req: mid(|m| m.cpu_us_per_req),
         first_error: rounds.iter().find_map(|m| m.first_error.clone()),
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 when empty), which it
+/// leaves sorted.
+pub fn median_of(v: &mut [f64]) -> f64 {
+    v.sort_unstable_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

@@ -6,40 +6,66 @@
 
 use std::process::Command;
 
+/// A finished `apigw-bench` run: its JSON report, what it printed, and the directory of its
+/// reports (`bench.json`, `bench.md`).
+struct Run {
+    report: serde_json::Value,
+    stdout: String,
+    dir: tempfile::TempDir,
+}
+
+/// Runs `apigw-bench` with `args`, its reports in a new temporary directory; it must exit 0.
+fn bench(args: &[&str]) -> Run {
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let json = dir.path().join("bench.json");
+    let out = Command::new(bench)
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--markdown")
+        .arg(dir.path().join("bench.md"))
+        .output()
+        .expect("running apigw-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "apigw-bench failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+        .expect("valid JSON");
+    Run {
+        report,
+        stdout,
+        dir,
+    }
+}
+
 #[test]
 fn quick_bench_runs_without_errors() {
-    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
+    let bench_exe = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
     // The bench runs the `apigw` beside it, built with the workspace.
-    let apigw = bench.with_file_name(format!("apigw{}", std::env::consts::EXE_SUFFIX));
+    let apigw = bench_exe.with_file_name(format!("apigw{}", std::env::consts::EXE_SUFFIX));
     assert!(
         apigw.exists(),
         "{} is missing: build the workspace (cargo build --workspace)",
         apigw.display()
     );
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let json = dir.path().join("bench.json");
-    let markdown = dir.path().join("bench.md");
-    let out = Command::new(bench)
-        .args(["--quick", "--no-install", "--no-peers", "--concurrency", "8"])
-        .args([
-            "--scenarios",
-            "small-get,small-get-c1,small-get-h2,small-get-h2-c1,list-10m,big-list,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--markdown")
-        .arg(&markdown)
-        .output()
-        .expect("running apigw-bench");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "apigw-bench failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let text = std::fs::read_to_string(&json).expect("the JSON report");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let Run {
+        report,
+        stdout,
+        dir,
+    } = bench(&[
+        "--quick",
+        "--no-install",
+        "--no-peers",
+        "--concurrency",
+        "8",
+        "--scenarios",
+        "small-get,small-get-c1,small-get-h2,small-get-h2-c1,list-10m,big-list,post-1m,discovery,remerge,watches,watch-ttfe,handshake",
+    ]);
     assert_eq!(report["errors"], 0, "{stdout}");
     let rows = report["rows"].as_array().expect("rows");
     assert!(
@@ -97,7 +123,7 @@ fn quick_bench_runs_without_errors() {
         );
     }
     assert_eq!(report["settings"]["big_list_bytes"], 32 << 20);
-    assert!(std::fs::read_to_string(&markdown)
+    assert!(std::fs::read_to_string(dir.path().join("bench.md"))
         .expect("the Markdown report")
         .contains("| small-get | apigw |"));
 }
@@ -108,28 +134,16 @@ fn quick_bench_runs_without_errors() {
 /// serve the same legacy `/apis` for the 50 APIServices, byte for byte in length.
 #[test]
 fn quick_bench_runs_against_kube_aggregator() {
-    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let json = dir.path().join("bench.json");
-    let out = Command::new(bench)
-        .args(["--quick", "--no-install", "--no-peers", "--no-log-target"])
-        .args(["--concurrency", "8", "--scenarios", "kube-aggregator"])
-        .arg("--json")
-        .arg(&json)
-        .arg("--markdown")
-        .arg(dir.path().join("bench.md"))
-        .output()
-        .expect("running apigw-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "apigw-bench failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
-            .expect("valid JSON");
+    let Run { report, stdout, .. } = bench(&[
+        "--quick",
+        "--no-install",
+        "--no-peers",
+        "--no-log-target",
+        "--concurrency",
+        "8",
+        "--scenarios",
+        "kube-aggregator",
+    ]);
     let rows = report["rows"].as_array().expect("rows");
     for (scenario, target) in [
         ("kube-aggregator-sample", "kube-aggregator"),
@@ -163,30 +177,15 @@ fn quick_bench_runs_against_kube_aggregator() {
 /// and on) through the same rounds, and a paired on/off figure per pair and variant.
 #[test]
 fn quick_apf_cost_pairs_its_rounds() {
-    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_apigw-bench"));
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let json = dir.path().join("bench.json");
-    let out = Command::new(bench)
-        .args([
-            "--quick",
-            "--no-install",
-            "--no-peers",
-            "--concurrency",
-            "4",
-        ])
-        .args(["--scenarios", "apf-cost"])
-        .arg("--json")
-        .arg(&json)
-        .arg("--markdown")
-        .arg(dir.path().join("bench.md"))
-        .output()
-        .expect("running apigw-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
-            .expect("valid JSON");
+    let Run { report, stdout, .. } = bench(&[
+        "--quick",
+        "--no-install",
+        "--no-peers",
+        "--concurrency",
+        "4",
+        "--scenarios",
+        "apf-cost",
+    ]);
     let rows = report["rows"].as_array().expect("rows");
     for scenario in ["apf-cost", "apf-cost-h2", "apf-cost-c16"] {
         for target in ["apigw", "apigw-no-apf", "apigw-log", "apigw-log-no-apf"] {
