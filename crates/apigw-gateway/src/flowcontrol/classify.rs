@@ -258,8 +258,13 @@ pub fn card(hash: u64, deck: usize, at: usize) -> Option<u16> {
     if at >= deck {
         return None;
     }
-    let mut cards = [0; MAX_HAND];
-    let cards = cards.get_mut(..=at)?;
+    // Hands are short: most need not clear room for the longest.
+    const SHORT: usize = 16;
+    let (mut short, mut long) = ([0; SHORT], None);
+    let cards = match at < SHORT {
+        true => &mut short[..=at],
+        false => long.insert([0; MAX_HAND]).get_mut(..=at)?,
+    };
     deal_into(hash, deck, cards);
     cards.last().copied()
 }

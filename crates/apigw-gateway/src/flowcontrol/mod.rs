@@ -16,6 +16,7 @@
 pub mod borrowing;
 pub mod classify;
 pub mod config;
+pub mod metrics;
 pub mod objects;
 pub mod queueset;
 
@@ -24,7 +25,8 @@ use crate::authz::Attributes;
 use apigw_core::errors::Status;
 use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
+pub use metrics::FlowMetrics;
+use metrics::SchemaMetrics;
 use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -192,31 +194,11 @@ pub struct FlowControl {
 /// A flow schema in force: its level, UID header and metrics, resolved once.
 struct Schema {
     config: FlowSchema,
-    /// Its name, shared with the request dump's tags.
-    name: Arc<str>,
+    /// Its place in [`FlowControl::schemas`], by which the request dump's tags name it.
+    at: usize,
     uid: HeaderValue,
     level: Arc<Level>,
     metrics: SchemaMetrics,
-}
-
-/// The metrics of one schema's requests: their labels (level and schema) are fixed, so each
-/// series is looked up once, when the configuration is put in force.
-struct SchemaMetrics {
-    dispatched: prometheus::IntCounter,
-    inqueue: prometheus::IntGauge,
-    executing_requests: prometheus::IntGauge,
-    executing_seats: prometheus::IntGauge,
-    /// Waits that ended in execution, or in a time-out in the queue (as upstream counts them).
-    waited: prometheus::Histogram,
-    /// Waits that ended in refusal before any queue.
-    refused: prometheus::Histogram,
-}
-
-impl SchemaMetrics {
-    fn executing(&self, by: i64) {
-        self.executing_requests.add(by);
-        self.executing_seats.add(by);
-    }
 }
 
 /// The PF headers of a classified request: its schema's UID and its level's, made once per
@@ -224,11 +206,18 @@ impl SchemaMetrics {
 #[derive(Clone)]
 pub struct PfHeaders(Arc<Schema>);
 
+impl Schema {
+    /// Adds the PF headers of its requests to an answer.
+    fn apply(&self, headers: &mut http::HeaderMap) {
+        headers.insert(FLOW_SCHEMA_UID, self.uid.clone());
+        headers.insert(PRIORITY_LEVEL_UID, self.level.uid.clone());
+    }
+}
+
 impl PfHeaders {
     /// Adds them to an answer.
     pub fn apply(&self, headers: &mut http::HeaderMap) {
-        headers.insert(FLOW_SCHEMA_UID, self.0.uid.clone());
-        headers.insert(PRIORITY_LEVEL_UID, self.0.level.uid.clone());
+        self.0.apply(headers);
     }
 
     /// `X-Kubernetes-PF-FlowSchema-UID`'s value.
@@ -260,18 +249,36 @@ impl Ticket {
         PfHeaders(self.schema.clone())
     }
 
+    /// Adds the PF headers to its answer.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        self.schema.apply(headers);
+    }
+
     /// Gives the seat back while the request goes on (an established watch).
     pub fn release(&mut self) {
+        self.release_at(Instant::now());
+    }
+
+    /// Gives the seat back, if it still holds one, as the request ends at `now`.
+    pub fn release_at(&mut self, now: Instant) {
         self.claim = None;
-        if self.seat.take().is_some() {
-            self.schema.metrics.executing(-1);
+        if let Some(seat) = self.seat.take() {
+            seat.release(now);
+            self.schema.metrics.executing.dec();
         }
+    }
+
+    /// Whether it still holds its seat.
+    pub fn seated(&self) -> bool {
+        self.seat.is_some()
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.release();
+        if self.seated() {
+            self.release();
+        }
     }
 }
 
@@ -361,6 +368,17 @@ impl Flow {
     /// The configuration in force.
     pub fn current(&self) -> Arc<FlowControl> {
         self.current.load_full()
+    }
+
+    /// [`FlowControl::admit`] in the configuration in force, which the request holds (without
+    /// a reference count of its own) until it is admitted or refused.
+    pub async fn admit(
+        &self,
+        id: &Identity,
+        a: &Arc<Attributes>,
+        apiservice: Option<&str>,
+    ) -> Option<Result<Ticket, Rejected>> {
+        self.current.load().admit(id, a, apiservice).await
     }
 
     /// Puts the cluster's objects (`items`, as JSON) in force: they replace the built-in
@@ -453,15 +471,16 @@ impl FlowControl {
         schemas.sort_by(|a, b| (a.precedence, &a.name).cmp(&(b.precedence, &b.name)));
         let schemas = schemas
             .into_iter()
-            .filter_map(|config| {
-                let level = levels.get(&config.level)?.clone();
-                Some(Arc::new(Schema {
-                    name: config.name.as_str().into(),
+            .filter_map(|config| Some((levels.get(&config.level)?.clone(), config)))
+            .enumerate()
+            .map(|(at, (level, config))| {
+                Arc::new(Schema {
+                    at,
                     uid: header(&config.uid),
                     metrics: metrics.schema(&level.config.name, &config.name),
                     level,
                     config,
-                }))
+                })
             })
             .collect();
         let control = Self {
@@ -552,7 +571,7 @@ impl FlowControl {
         let distinguisher = classify::distinguisher(how, &id.user, a);
         let hash = classify::flow_hash(&schema.config.name, distinguisher);
         let tag = Tag {
-            flow_schema: schema.name.clone(),
+            schema: schema.at,
             distinguisher: how,
             user,
             attrs: a.clone(),
@@ -585,13 +604,13 @@ impl FlowControl {
         };
         match outcome {
             Ok(seat) => {
-                m.waited.observe(match waited {
-                    true => arrived.elapsed().as_secs_f64(),
+                match waited {
+                    true => m.waited.observe(arrived.elapsed().as_secs_f64()),
                     // Dispatched as it arrived: no time waiting.
-                    false => 0.0,
-                });
+                    false => m.immediate.inc(),
+                }
                 m.dispatched.inc();
-                m.executing(1);
+                m.executing.inc();
                 Some(Ok(Ticket {
                     seat: Some(seat),
                     claim,
@@ -740,7 +759,10 @@ impl FlowControl {
                 let t = &r.tag;
                 let mut row = vec![
                     name.clone(),
-                    t.flow_schema.to_string(),
+                    self.schemas
+                        .get(t.schema)
+                        .map_or("", |s| s.config.name.as_str())
+                        .to_string(),
                     r.queue.to_string(),
                     r.index.to_string(),
                     classify::distinguisher(t.distinguisher, &t.user, &t.attrs).to_string(),
@@ -841,8 +863,26 @@ fn rfc3339(t: SystemTime) -> String {
     }
 }
 
+/// A UID as a header value whose copies share static bytes: a clone per answer then costs no
+/// reference count. Each distinct UID is kept once for the life of the process (a few dozen
+/// bytes per object ever configured); an invalid one is an empty value.
 fn header(uid: &str) -> HeaderValue {
-    HeaderValue::from_str(uid).unwrap_or(HeaderValue::from_static(""))
+    static KEPT: Mutex<Option<std::collections::HashSet<&'static str>>> = Mutex::new(None);
+    if HeaderValue::from_str(uid).is_err() {
+        return HeaderValue::from_static("");
+    }
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let kept = kept.get_or_insert_default();
+    let uid: &'static str = match kept.get(uid) {
+        Some(known) => known,
+        None => {
+            let leaked: &'static str = Box::leak(uid.into());
+            kept.insert(leaked);
+            leaked
+        }
+    };
+    HeaderValue::from_maybe_shared(bytes::Bytes::from_static(uid.as_bytes()))
+        .unwrap_or(HeaderValue::from_static(""))
 }
 
 /// Upstream's `Retry-After` per level: 1 s, doubled (up to 32 s) while requests are dropped
@@ -905,122 +945,11 @@ impl RetryAfter {
     }
 }
 
-/// The APF metrics, with upstream's names and labels.
-#[derive(Clone)]
-pub struct FlowMetrics {
-    dispatched: IntCounterVec,
-    rejected: IntCounterVec,
-    inqueue: IntGaugeVec,
-    executing_requests: IntGaugeVec,
-    executing_seats: IntGaugeVec,
-    nominal: IntGaugeVec,
-    lower: IntGaugeVec,
-    upper: IntGaugeVec,
-    current: IntGaugeVec,
-    fair: prometheus::Gauge,
-    wait: HistogramVec,
-}
-
-impl FlowMetrics {
-    /// Registers them in `r`. The names and labels are constants: registering cannot fail.
-    pub fn register(r: &Registry) -> Self {
-        let counter = |name, help, labels: &[&str]| crate::metrics::counter(r, name, help, labels);
-        let gauge = |name, help, labels: &[&str]| crate::metrics::gauge(r, name, help, labels);
-        let pf = ["priority_level", "flow_schema"];
-        let wait = HistogramVec::new(
-            HistogramOpts::new(
-                "apiserver_flowcontrol_request_wait_duration_seconds",
-                "Time requests waited in queue, by priority level, flow schema and whether they executed.",
-            )
-            .buckets(vec![0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0]),
-            &["priority_level", "flow_schema", "execute"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(wait.clone())).expect("unique metric");
-        let fair = prometheus::Gauge::new(
-            "apiserver_flowcontrol_seat_fair_frac",
-            "The fair proportion of the levels' seat demands the last borrowing period gave them.",
-        )
-        .expect("valid metric");
-        r.register(Box::new(fair.clone())).expect("unique metric");
-        let level = ["priority_level"];
-        Self {
-            dispatched: counter(
-                "apiserver_flowcontrol_dispatched_requests_total",
-                "Requests released for execution, by priority level and flow schema.",
-                &pf,
-            ),
-            rejected: counter(
-                "apiserver_flowcontrol_rejected_requests_total",
-                "Requests refused, by priority level, flow schema and reason.",
-                &["priority_level", "flow_schema", "reason"],
-            ),
-            inqueue: gauge(
-                "apiserver_flowcontrol_current_inqueue_requests",
-                "Requests waiting in a queue, by priority level and flow schema.",
-                &pf,
-            ),
-            executing_requests: gauge(
-                "apiserver_flowcontrol_current_executing_requests",
-                "Requests executing, by priority level and flow schema.",
-                &pf,
-            ),
-            executing_seats: gauge(
-                "apiserver_flowcontrol_current_executing_seats",
-                "Seats held by executing requests, by priority level and flow schema.",
-                &pf,
-            ),
-            nominal: gauge(
-                "apiserver_flowcontrol_nominal_limit_seats",
-                "The nominal seats of each priority level.",
-                &level,
-            ),
-            lower: gauge(
-                "apiserver_flowcontrol_lower_limit_seats",
-                "The fewest seats a priority level keeps while lending: nominal less lendable.",
-                &level,
-            ),
-            upper: gauge(
-                "apiserver_flowcontrol_upper_limit_seats",
-                "The most seats a priority level may hold by borrowing.",
-                &level,
-            ),
-            current: gauge(
-                "apiserver_flowcontrol_current_limit_seats",
-                "The seats of each priority level in force, as borrowing last set them.",
-                &level,
-            ),
-            fair,
-            wait,
-        }
-    }
-
-    fn bounds(&self, level: &str, b: &borrowing::Bounds) {
-        self.nominal
-            .with_label_values(&[level])
-            .set(b.nominal as i64);
-        self.lower.with_label_values(&[level]).set(b.lower as i64);
-        self.upper.with_label_values(&[level]).set(b.upper as i64);
-    }
-
-    /// The series of the requests of `schema` on `level`.
-    fn schema(&self, level: &str, schema: &str) -> SchemaMetrics {
-        let pf = [level, schema];
-        SchemaMetrics {
-            dispatched: self.dispatched.with_label_values(&pf),
-            inqueue: self.inqueue.with_label_values(&pf),
-            executing_requests: self.executing_requests.with_label_values(&pf),
-            executing_seats: self.executing_seats.with_label_values(&pf),
-            waited: self.wait.with_label_values(&[level, schema, "true"]),
-            refused: self.wait.with_label_values(&[level, schema, "false"]),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::Method;
+    use prometheus::Registry;
 
     fn control(total: usize, wait: Duration) -> FlowControl {
         FlowControl::with_config(

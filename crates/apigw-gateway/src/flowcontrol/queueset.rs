@@ -61,7 +61,8 @@ pub struct QueueSet {
 /// What the request dump shows of a request.
 #[derive(Debug, Clone)]
 pub struct Tag {
-    pub flow_schema: Arc<str>,
+    /// Its flow schema's place in the configuration's order.
+    pub schema: usize,
     /// How its schema distinguishes flows: the dump shows the user, the namespace or nothing.
     pub distinguisher: Option<super::config::Distinguisher>,
     pub user: Arc<str>,
@@ -127,16 +128,24 @@ struct Waiter {
     tx: oneshot::Sender<Seat>,
 }
 
-/// A request running on the level: its seats, given back when dropped.
+/// A request running on the level: its seats, given back by [`Seat::release`] or when
+/// dropped.
 pub struct Seat {
     set: Arc<QueueSet>,
     slot: usize,
     queue: Option<usize>,
     seats: usize,
+    given_back: bool,
 }
 
-impl Drop for Seat {
-    fn drop(&mut self) {
+impl Seat {
+    /// Gives the seats back; the level's demand changes at `now`.
+    pub fn release(mut self, now: Instant) {
+        self.give_back(now);
+    }
+
+    fn give_back(&mut self, now: Instant) {
+        self.given_back = true;
         let unwanted = {
             let mut st = self.set.lock();
             st.seats_in_use = st.seats_in_use.saturating_sub(self.seats);
@@ -152,11 +161,19 @@ impl Drop for Seat {
                 0 => Vec::new(),
                 _ => self.set.dispatch(&mut st),
             };
-            st.note_demand(Instant::now());
+            st.note_demand(now);
             unwanted
         };
         // Seats their requests no longer wanted: given back, outside the lock.
         drop(unwanted);
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if !self.given_back {
+            self.give_back(Instant::now());
+        }
     }
 }
 
@@ -394,6 +411,7 @@ impl QueueSet {
             slot,
             queue,
             seats,
+            given_back: false,
         }
     }
 
@@ -516,7 +534,7 @@ mod tests {
 
     fn tag() -> Tag {
         Tag {
-            flow_schema: "test".into(),
+            schema: 0,
             distinguisher: None,
             user: "alice".into(),
             attrs: Arc::new(Attributes::from_request(

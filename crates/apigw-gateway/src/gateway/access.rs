@@ -13,6 +13,7 @@
 
 use crate::audit::{Auditor, Outcome};
 use crate::authn::Identity;
+use crate::flowcontrol::Ticket;
 use crate::metrics::Metrics;
 use crate::proxy::{decimal, dotted};
 use crate::request_info::RequestInfo;
@@ -58,7 +59,7 @@ pub struct Record {
     pub _permit: Option<super::limits::Permit>,
     /// Its API Priority and Fairness seat: released when the request ends (a watch's once
     /// it is established).
-    pub flow: Option<crate::flowcontrol::Ticket>,
+    pub flow: Option<Ticket>,
 }
 
 /// The audit log and what only it records of a request.
@@ -131,6 +132,13 @@ impl Drop for Record {
             None => self.count(None),
         }
         let code = self.code();
+        // One clock read for the line and the seat the request gives back.
+        let logged = tracing::enabled!(target: "apigw::access", tracing::Level::INFO);
+        let seated = self.flow.as_ref().is_some_and(Ticket::seated);
+        let ended = (logged || seated).then(Instant::now);
+        if let (Some(flow), Some(at)) = (self.flow.as_mut(), ended) {
+            flow.release_at(at);
+        }
         tracing::info!(
             target: "apigw::access",
             remote = %Remote(self.info.client),
@@ -139,7 +147,11 @@ impl Drop for Record {
             path = %Plain(&self.info.attrs.path),
             code,
             bytes = self.bytes,
-            duration_ms = duration_ms(self.info.start.elapsed()),
+            duration_ms = duration_ms(
+                ended
+                    .unwrap_or_else(Instant::now)
+                    .saturating_duration_since(self.info.start)
+            ),
             apiservice = self.apiservice.as_deref().unwrap_or(""),
             outcome = %outcome,
         );

@@ -168,8 +168,10 @@ impl Gateway {
             }
         };
         let mut res = render(result);
-        if let Some(pf) = &pf {
-            pf.apply(res.headers_mut());
+        match (&record.flow, &pf) {
+            (Some(ticket), _) => ticket.apply(res.headers_mut()),
+            (None, Some(pf)) => pf.apply(res.headers_mut()),
+            (None, None) => {}
         }
         let status = res.status();
         res.map(|body| record.wrap(status, body))
@@ -178,7 +180,8 @@ impl Gateway {
     /// Phases 2 and 3: the path checks, then authentication ([`crate::authn`]), then
     /// impersonation, API Priority and Fairness ([`crate::flowcontrol`]: a seat, after a wait
     /// in its queue, or a 429) and authorization ([`crate::authz`]), in kube-apiserver's
-    /// order. Also the PF headers of a request APF classified, whatever its answer.
+    /// order. Also the PF headers of a request APF classified but refused (an admitted
+    /// request's ticket carries them).
     async fn admit<B>(
         &self,
         req: &Request<B>,
@@ -204,9 +207,7 @@ impl Gateway {
         // Long-running requests but watches bypass APF, as upstream's.
         let flow = match (&self.flow, info.kind) {
             (Some(flow), RequestKind::Short | RequestKind::Watch) => {
-                flow.current()
-                    .admit(&identity, &info.attrs, apiservice)
-                    .await
+                flow.admit(&identity, &info.attrs, apiservice).await
             }
             _ => None,
         };
@@ -220,13 +221,10 @@ impl Gateway {
                 )
             }
         };
-        let pf = ticket.as_ref().map(Ticket::headers);
-        let admitted = self
-            .authz
-            .authorize_as(identity, real, &info.attrs)
-            .await
-            .map(|a| (a, ticket));
-        (admitted, pf)
+        match self.authz.authorize_as(identity, real, &info.attrs).await {
+            Ok(admitted) => (Ok((admitted, ticket)), None),
+            Err(refused) => (Err(refused), ticket.as_ref().map(Ticket::headers)),
+        }
     }
 
     /// Where a request whose path splits into `segments` goes, from one registry snapshot.
