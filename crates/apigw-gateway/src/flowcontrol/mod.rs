@@ -29,7 +29,6 @@ pub use metrics::FlowMetrics;
 use metrics::SchemaMetrics;
 use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -78,104 +77,6 @@ pub struct Level {
     smoothed: Mutex<f64>,
     set: Arc<QueueSet>,
     retry_after: Mutex<RetryAfter>,
-    /// The seats one APIService's requests may hold; None for the exempt level.
-    apiservice_cap: Option<usize>,
-    /// Each APIService's share of the level, shared with its claims (pruned every borrowing
-    /// period once no claim holds it).
-    shares: Mutex<HashMap<Arc<str>, Arc<Share>, foldhash::fast::RandomState>>,
-}
-
-/// One APIService's share of a level: the seats its requests hold, and its requests waiting
-/// for one of them, each woken alone when a seat is given back.
-#[derive(Default)]
-struct Share {
-    held: AtomicUsize,
-    waiters: AtomicUsize,
-    freed: tokio::sync::Notify,
-}
-
-impl Share {
-    /// A seat's worth of the share, unless its requests hold `cap` already.
-    fn claim(self: &Arc<Self>, cap: usize) -> Option<Claim> {
-        self.held
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < cap).then_some(n + 1)
-            })
-            .ok()?;
-        Some(Claim(self.clone()))
-    }
-
-    /// [`Share::claim`], waiting until `deadline` while the share is all held.
-    async fn claim_by(
-        self: &Arc<Self>,
-        cap: usize,
-        deadline: tokio::time::Instant,
-    ) -> Option<Claim> {
-        // SeqCst with the releaser's: either this sees the seat given back, or it sees a waiter.
-        // Counted out however the wait ends, also when the request is dropped while waiting.
-        let _waiting = Waiting::on(&self.waiters);
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if let Some(got) = self.claim(cap) {
-                return Some(got);
-            }
-            // A wake a later arrival beat to the seat waits for the next one.
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                return None;
-            }
-        }
-    }
-}
-
-/// One waiter on a [`Share`], counted while it lives.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn on(waiters: &'a AtomicUsize) -> Self {
-        waiters.fetch_add(1, Ordering::SeqCst);
-        Self(waiters)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// One APIService's hold on a seat of a level, given back when dropped: one waiter of the same
-/// APIService is woken (a waiter that has gone passes the wake on).
-struct Claim(Arc<Share>);
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let share = &self.0;
-        share.held.fetch_sub(1, Ordering::SeqCst);
-        if share.waiters.load(Ordering::SeqCst) > 0 {
-            share.freed.notify_one();
-        }
-    }
-}
-
-impl Level {
-    /// `apiservice`'s share of the level and its cap; None for a level without caps.
-    fn share(&self, apiservice: &str) -> Option<(Arc<Share>, usize)> {
-        let cap = self.apiservice_cap?;
-        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
-        let share = match shares.get(apiservice) {
-            Some(share) => share.clone(),
-            None => shares.entry(Arc::from(apiservice)).or_default().clone(),
-        };
-        Some((share, cap))
-    }
-
-    /// Forgets the APIServices none of whose requests holds or waits for a seat.
-    fn prune_shares(&self) {
-        let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
-        shares.retain(|_, s| Arc::strong_count(s) > 1 || s.held.load(Ordering::SeqCst) > 0);
-    }
 }
 
 /// The flow-control state.
@@ -239,7 +140,6 @@ impl std::fmt::Debug for PfHeaders {
 /// once a watch is established), and its schema, for the metrics and the PF headers.
 pub struct Ticket {
     seat: Option<Seat>,
-    claim: Option<Claim>,
     schema: Arc<Schema>,
 }
 
@@ -261,7 +161,6 @@ impl Ticket {
 
     /// Gives the seat back, if it still holds one, as the request ends at `now`.
     pub fn release_at(&mut self, now: Instant) {
-        self.claim = None;
         if let Some(seat) = self.seat.take() {
             seat.release(now);
             self.schema.metrics.executing.dec();
@@ -459,10 +358,8 @@ impl FlowControl {
                     uid: header(&config.uid),
                     bounds,
                     smoothed: Mutex::new(0.0),
-                    set: QueueSet::new(mode, nominal),
+                    set: QueueSet::new(mode, nominal, apiservice_cap),
                     retry_after: Mutex::new(RetryAfter::default()),
-                    apiservice_cap,
-                    shares: Mutex::default(),
                     config,
                 };
                 (level.config.name.clone(), Arc::new(level))
@@ -512,7 +409,7 @@ impl FlowControl {
         let fair = borrowing::adjust(&mut adjusting);
         self.metrics.fair.set(fair);
         for (level, next) in levels.iter().zip(adjusting) {
-            level.prune_shares();
+            level.set.prune_shares();
             *level.smoothed.lock().unwrap_or_else(|e| e.into_inner()) = next.smoothed;
             level.set.set_limit(next.current);
             self.metrics
@@ -548,29 +445,12 @@ impl FlowControl {
         let arrived = Instant::now();
         // When its wait ends, should it have to wait.
         let deadline = || tokio::time::Instant::from(arrived + self.wait_limit);
-        // Its APIService's share first: waiting (within the same limit) while it is all held.
-        let mut claim = None;
         // Whether it waited, for its APIService's share or in a queue.
         let mut waited = false;
-        if let Some((share, cap)) = apiservice.and_then(|name| level.share(name)) {
-            claim = match share.claim(cap) {
-                Some(got) => Some(got),
-                None => {
-                    waited = true;
-                    match share.claim_by(cap, deadline()).await {
-                        Some(got) => Some(got),
-                        None => {
-                            let reason = Reason::ApiServiceLimit;
-                            return Some(Err(self.refuse(schema, reason, true, arrived)));
-                        }
-                    }
-                }
-            };
-        }
         let how = schema.config.distinguisher;
         let distinguisher = classify::distinguisher(how, &id.user, a);
         let hash = classify::flow_hash(&schema.config.name, distinguisher);
-        let tag = Tag {
+        let mut tag = Tag {
             schema: schema.at,
             distinguisher: how,
             user,
@@ -578,9 +458,25 @@ impl FlowControl {
             arrived,
         };
         let m = &schema.metrics;
-        // The demand changes now: when it arrived, unless it waited for its APIService's share.
-        let now = if waited { Instant::now() } else { arrived };
-        let outcome = match level.set.start(hash, 1, tag, now) {
+        let started = loop {
+            // The demand changes now: when it arrived, unless it waited for its APIService's
+            // share.
+            let now = if waited { Instant::now() } else { arrived };
+            match level.set.start(hash, 1, tag, now, apiservice) {
+                Ok(started) => break started,
+                // Its APIService's requests hold their share: it waits (within the same limit)
+                // for one of their seats to be given back.
+                Err(held) => {
+                    waited = true;
+                    if !held.wait.until(deadline()).await {
+                        let reason = Reason::ApiServiceLimit;
+                        return Some(Err(self.refuse(schema, reason, true, arrived)));
+                    }
+                    tag = held.tag;
+                }
+            }
+        };
+        let outcome = match started {
             Start::Run(seat) => Ok(seat),
             Start::Rejected(reason) => Err((reason, false)),
             Start::Queued {
@@ -613,7 +509,6 @@ impl FlowControl {
                 m.executing.inc();
                 Some(Ok(Ticket {
                     seat: Some(seat),
-                    claim,
                     schema: schema.clone(),
                 }))
             }
@@ -1013,57 +908,6 @@ mod tests {
         }
         drop(first);
         assert!(matches!(fc.admit(&alice, &a, None).await, Some(Ok(_))));
-    }
-
-    /// A seat given back wakes one waiter of the same APIService; a waiter dropped while it
-    /// waits is no longer counted; a waiter past its deadline gets none.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_share_given_back_goes_to_one_waiter() {
-        let share = Arc::new(Share::default());
-        let later = || tokio::time::Instant::now() + Duration::from_secs(30);
-        let first = share.claim(1).expect("a free share");
-        assert!(share.claim(1).is_none(), "the cap");
-        let waiter = |share: &Arc<Share>| {
-            let share = share.clone();
-            tokio::spawn(async move { share.claim_by(1, later()).await })
-        };
-        let (mut b, mut c) = (waiter(&share), waiter(&share));
-        while share.waiters.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
-        // One seat, given back: one waiter has it, the other still waits.
-        drop(first);
-        let (done, pending) = tokio::select! {
-            got = &mut b => (got, c),
-            got = &mut c => (got, b),
-        };
-        let second = done.expect("the waiter").expect("the seat given back");
-        assert_eq!(share.waiters.load(Ordering::SeqCst), 1);
-        assert_eq!(share.held.load(Ordering::SeqCst), 1);
-        // The next one, to the remaining waiter, also after a third waiter gave up.
-        let gone = waiter(&share);
-        while share.waiters.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
-        gone.abort();
-        assert!(gone.await.is_err_and(|e| e.is_cancelled()));
-        assert_eq!(
-            share.waiters.load(Ordering::SeqCst),
-            1,
-            "the dropped waiter"
-        );
-        drop(second);
-        let third = tokio::time::timeout(Duration::from_secs(5), pending)
-            .await
-            .expect("woken within 5 s")
-            .expect("the waiter")
-            .expect("the seat given back");
-        assert_eq!(share.held.load(Ordering::SeqCst), 1);
-        let soon = tokio::time::Instant::now() + Duration::from_millis(50);
-        assert!(share.claim_by(1, soon).await.is_none(), "past its deadline");
-        drop(third);
-        assert_eq!(share.held.load(Ordering::SeqCst), 0);
-        assert_eq!(share.waiters.load(Ordering::SeqCst), 0);
     }
 
     #[test]

@@ -6,15 +6,19 @@
 //! queue with the earliest virtual finish time goes next (round-robin on ties), each request
 //! costing its seats times a nominal 3 ms of virtual time, so a flow that sends more waits
 //! longer and the others do not. The level's limit moves as it borrows and lends seats
-//! ([`super::borrowing`]); its seat demand is integrated here, where it changes.
+//! ([`super::borrowing`]); its seat demand is integrated here, where it changes. Beyond
+//! upstream, one APIService's requests may hold only `share_cap` of the level's seats: the
+//! others wait outside the queues, each woken alone as a seat of theirs is given back.
 
 use super::borrowing::{Demand, Observed};
 use super::classify::{card, deal, hand_len};
 use crate::authz::Attributes;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::oneshot;
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::{oneshot, Notify};
 
 /// Virtual seconds a request costs per seat (upstream's estimated service duration).
 const SERVICE: f64 = 0.003;
@@ -55,6 +59,8 @@ pub enum Mode {
 /// A level's state.
 pub struct QueueSet {
     pub mode: Mode,
+    /// The seats one APIService's requests may hold; None: no cap.
+    share_cap: Option<usize>,
     state: Mutex<State>,
 }
 
@@ -102,11 +108,28 @@ struct State {
     next_id: u64,
     dispatched: u64,
     rejected: u64,
+    /// Each APIService's share of the level, by its slot in `shares`.
+    share_of: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
+    /// The shares, at slots that stay put while a request holds or waits for the share;
+    /// None: free for the next APIService.
+    shares: Vec<Option<Share>>,
 }
 
+/// One APIService's share of the level.
+struct Share {
+    name: Arc<str>,
+    /// Seats its requests hold, queued requests' included.
+    held: usize,
+    /// Its requests waiting for one of those seats.
+    waiters: usize,
+    freed: Arc<Notify>,
+}
+
+/// A request executing (or about to): what the dump shows, and what it gives back.
 struct Running {
     queue: Option<usize>,
     seats: usize,
+    share: Option<usize>,
     tag: Tag,
     started: Instant,
 }
@@ -122,6 +145,8 @@ struct Queue {
 struct Waiter {
     id: u64,
     seats: usize,
+    /// Its APIService's share, which it holds already.
+    share: Option<usize>,
     tag: Tag,
     /// Receives the seat once dispatched: a seat sent to a request that has gone is dropped
     /// with the channel, and so given back.
@@ -135,6 +160,7 @@ pub struct Seat {
     slot: usize,
     queue: Option<usize>,
     seats: usize,
+    share: Option<usize>,
     given_back: bool,
 }
 
@@ -157,6 +183,7 @@ impl Seat {
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
+            st.give_share_back(self.share, self.seats);
             let unwanted = match st.waiting_seats {
                 0 => Vec::new(),
                 _ => self.set.dispatch(&mut st),
@@ -189,6 +216,41 @@ pub enum Start {
     Rejected(Reason),
 }
 
+/// A request whose APIService's requests hold their share of the level: to start again once
+/// `wait` ends well.
+pub struct ShareHeld {
+    pub tag: Tag,
+    pub wait: ShareWait,
+}
+
+/// A request waiting for a seat of its APIService's share, counted while it waits. It was
+/// in line for a wake before the level's lock was released, so none is lost; one it got but
+/// did not use passes on to another waiter.
+pub struct ShareWait {
+    set: Arc<QueueSet>,
+    share: usize,
+    freed: Pin<Box<OwnedNotified>>,
+}
+
+impl ShareWait {
+    /// Waits until a seat of the share is given back (true) or `deadline` passes (false).
+    /// Another request may take that seat first: the caller starts again, and may wait again.
+    pub async fn until(mut self, deadline: tokio::time::Instant) -> bool {
+        tokio::time::timeout_at(deadline, &mut self.freed)
+            .await
+            .is_ok()
+    }
+}
+
+impl Drop for ShareWait {
+    fn drop(&mut self) {
+        let mut st = self.set.lock();
+        if let Some(Some(share)) = st.shares.get_mut(self.share) {
+            share.waiters = share.waiters.saturating_sub(1);
+        }
+    }
+}
+
 /// A snapshot of a level for the debug dump.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -208,16 +270,56 @@ impl State {
         let demand = self.seats_in_use + self.waiting_seats;
         self.demand.set(demand, now);
     }
+
+    /// The slot of `apiservice`'s share, made when it has none.
+    fn share_slot(&mut self, apiservice: &str) -> usize {
+        if let Some(&at) = self.share_of.get(apiservice) {
+            return at;
+        }
+        let name: Arc<str> = apiservice.into();
+        let share = Share {
+            name: name.clone(),
+            held: 0,
+            waiters: 0,
+            freed: Arc::default(),
+        };
+        let at = match self.shares.iter().position(Option::is_none) {
+            Some(at) => {
+                self.shares[at] = Some(share);
+                at
+            }
+            None => {
+                self.shares.push(Some(share));
+                self.shares.len() - 1
+            }
+        };
+        self.share_of.insert(name, at);
+        at
+    }
+
+    /// Gives `seats` of share `at` back, waking one of its waiters (a waiter that has gone
+    /// passes the wake on).
+    fn give_share_back(&mut self, at: Option<usize>, seats: usize) {
+        let Some(Some(share)) = at.and_then(|at| self.shares.get_mut(at)) else {
+            return;
+        };
+        share.held = share.held.saturating_sub(seats);
+        if share.waiters > 0 {
+            share.freed.notify_one();
+        }
+    }
 }
 
 impl QueueSet {
-    pub fn new(mode: Mode, limit: usize) -> Arc<Self> {
+    /// A level of `limit` seats, of which one APIService's requests may hold `share_cap`.
+    pub fn new(mode: Mode, limit: usize, share_cap: Option<usize>) -> Arc<Self> {
         let queues = match mode {
             Mode::Queue { queues, .. } => (0..queues).map(|_| Queue::default()).collect(),
             _ => Vec::new(),
         };
         Arc::new(Self {
             mode,
+            share_cap,
             state: Mutex::new(State {
                 limit,
                 seats_in_use: 0,
@@ -233,6 +335,8 @@ impl QueueSet {
                 next_id: 0,
                 dispatched: 0,
                 rejected: 0,
+                share_of: HashMap::default(),
+                shares: Vec::new(),
             }),
         })
     }
@@ -252,6 +356,20 @@ impl QueueSet {
         drop(unwanted);
     }
 
+    /// Forgets the shares of the APIServices none of whose requests holds or waits for one
+    /// of their seats.
+    pub fn prune_shares(&self) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        for slot in &mut st.shares {
+            if slot.as_ref().is_some_and(|s| s.held == 0 && s.waiters == 0) {
+                if let Some(gone) = slot.take() {
+                    st.share_of.remove(&gone.name);
+                }
+            }
+        }
+    }
+
     /// The seat demand since the last call, which starts a new period.
     pub fn observe(&self) -> Observed {
         self.lock().demand.reset(Instant::now())
@@ -261,34 +379,96 @@ impl QueueSet {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a request of flow `hash` needing `seats`; the level's demand changes at `now`
-    /// (the request's arrival, unless it waited before).
-    pub fn start(self: &Arc<Self>, hash: u64, seats: usize, tag: Tag, now: Instant) -> Start {
+    /// Starts a request of flow `hash` needing `seats`, for `apiservice`'s backend if any;
+    /// the level's demand changes at `now` (the request's arrival, unless it waited before).
+    pub fn start(
+        self: &Arc<Self>,
+        hash: u64,
+        seats: usize,
+        tag: Tag,
+        now: Instant,
+        apiservice: Option<&str>,
+    ) -> Result<Start, ShareHeld> {
         let mut st = self.lock();
-        match self.mode {
-            Mode::Exempt => Start::Run(self.run(&mut st, None, seats, tag, None, now)),
-            Mode::Reject => {
-                if Self::fits(&st, seats) {
-                    Start::Run(self.run(&mut st, None, seats, tag, None, now))
-                } else {
-                    st.rejected += 1;
-                    Start::Rejected(Reason::ConcurrencyLimit)
+        let share = match (self.share_cap, apiservice) {
+            (Some(cap), Some(name)) => {
+                let at = st.share_slot(name);
+                let Some(Some(share)) = st.shares.get_mut(at) else {
+                    return Ok(Start::Rejected(Reason::ApiServiceLimit));
+                };
+                if share.held + seats > cap && share.held > 0 {
+                    share.waiters += 1;
+                    let mut freed = Box::pin(share.freed.clone().notified_owned());
+                    freed.as_mut().enable();
+                    let wait = ShareWait {
+                        set: self.clone(),
+                        share: at,
+                        freed,
+                    };
+                    return Err(ShareHeld { tag, wait });
                 }
+                share.held += seats;
+                Some(at)
+            }
+            _ => None,
+        };
+        // Without a wait, it starts as it arrives.
+        let running = Running {
+            queue: None,
+            seats,
+            share,
+            started: tag.arrived,
+            tag,
+        };
+        let (started, unwanted) = self.start_locked(&mut st, hash, running, now);
+        if let Start::Rejected(_) = started {
+            st.give_share_back(share, seats);
+        }
+        drop(st);
+        // Seats their requests no longer wanted: given back, outside the lock.
+        drop(unwanted);
+        let Start::Queued { id, queue, rx } = started else {
+            return Ok(started);
+        };
+        // Through its queue, as upstream: dispatched at once when a seat was free.
+        let mut rx = rx;
+        Ok(match rx.try_recv() {
+            Ok(seat) => Start::Run(seat),
+            Err(_) => Start::Queued { id, queue, rx },
+        })
+    }
+
+    /// [`QueueSet::start`] once the request holds its share; also the seats dispatched to
+    /// requests that have gone, to be given back once the lock is released.
+    fn start_locked(
+        self: &Arc<Self>,
+        st: &mut State,
+        hash: u64,
+        running: Running,
+        now: Instant,
+    ) -> (Start, Vec<Seat>) {
+        let seats = running.seats;
+        let start = match self.mode {
+            Mode::Exempt => Start::Run(self.run(st, running, now)),
+            Mode::Reject if Self::fits(st, seats) => Start::Run(self.run(st, running, now)),
+            Mode::Reject => {
+                st.rejected += 1;
+                Start::Rejected(Reason::ConcurrencyLimit)
             }
             Mode::Queue {
                 queues,
                 hand_size,
                 queue_length_limit,
             } => {
-                let Some(chosen) = Self::choose(&mut st, hash, queues, hand_size) else {
+                let Some(chosen) = Self::choose(st, hash, queues, hand_size) else {
                     st.rejected += 1;
-                    return Start::Rejected(Reason::QueueFull);
+                    return (Start::Rejected(Reason::QueueFull), Vec::new());
                 };
                 if st.seats_in_use >= st.limit
                     && st.queues[chosen].waiting.len() >= queue_length_limit
                 {
                     st.rejected += 1;
-                    return Start::Rejected(Reason::QueueFull);
+                    return (Start::Rejected(Reason::QueueFull), Vec::new());
                 }
                 let virtual_now = st.now;
                 let q = &mut st.queues[chosen];
@@ -296,36 +476,35 @@ impl QueueSet {
                     // An idle queue starts at the present, not with credit from its past.
                     q.next = q.next.max(virtual_now);
                 }
-                if st.waiting_seats == 0 && Self::fits(&st, seats) {
+                if st.waiting_seats == 0 && Self::fits(st, seats) {
                     // Nothing waits and a seat is free: dispatch would pick this request
                     // from its queue at once; do so without the round trip.
-                    let seat = self.begin(&mut st, chosen, seats, tag, None, now);
+                    let seat = self.begin(st, chosen, running, now);
                     st.note_demand(now);
-                    return Start::Run(seat);
+                    return (Start::Run(seat), Vec::new());
                 }
                 let (tx, rx) = oneshot::channel();
                 st.next_id += 1;
                 let id = st.next_id;
-                st.queues[chosen]
-                    .waiting
-                    .push_back(Waiter { id, seats, tag, tx });
+                st.queues[chosen].waiting.push_back(Waiter {
+                    id,
+                    seats,
+                    share: running.share,
+                    tag: running.tag,
+                    tx,
+                });
                 st.waiting_seats += seats;
-                let unwanted = self.dispatch(&mut st);
+                let unwanted = self.dispatch(st);
                 st.note_demand(now);
-                drop(st);
-                drop(unwanted);
-                // Through its queue, as upstream: dispatched at once when a seat was free.
-                let mut rx = rx;
-                match rx.try_recv() {
-                    Ok(seat) => Start::Run(seat),
-                    Err(_) => Start::Queued {
-                        id,
-                        queue: chosen,
-                        rx,
-                    },
-                }
+                let queued = Start::Queued {
+                    id,
+                    queue: chosen,
+                    rx,
+                };
+                return (queued, unwanted);
             }
-        }
+        };
+        (start, Vec::new())
     }
 
     /// The queue of flow `hash`'s hand with the least waiting work, the search starting at a
@@ -359,8 +538,11 @@ impl QueueSet {
         let Some(at) = q.waiting.iter().position(|w| w.id == id) else {
             return false;
         };
-        let seats = q.waiting.remove(at).map_or(0, |w| w.seats);
-        st.waiting_seats = st.waiting_seats.saturating_sub(seats);
+        let Some(waiter) = q.waiting.remove(at) else {
+            return false;
+        };
+        st.waiting_seats = st.waiting_seats.saturating_sub(waiter.seats);
+        st.give_share_back(waiter.share, waiter.seats);
         st.rejected += 1;
         st.note_demand(Instant::now());
         true
@@ -374,32 +556,18 @@ impl QueueSet {
         st.seats_in_use + seats <= st.limit
     }
 
-    fn run(
-        self: &Arc<Self>,
-        st: &mut State,
-        queue: Option<usize>,
-        seats: usize,
-        tag: Tag,
-        started: Option<Instant>,
-        now: Instant,
-    ) -> Seat {
+    fn run(self: &Arc<Self>, st: &mut State, running: Running, now: Instant) -> Seat {
+        let (queue, seats, share) = (running.queue, running.seats, running.share);
         st.seats_in_use += seats;
         st.executing += 1;
         st.dispatched += 1;
-        // Without a wait, it starts as it arrives.
-        let running = Some(Running {
-            queue,
-            seats,
-            started: started.unwrap_or(tag.arrived),
-            tag,
-        });
         let slot = match st.free.pop() {
             Some(slot) => {
-                st.running[slot] = running;
+                st.running[slot] = Some(running);
                 slot
             }
             None => {
-                st.running.push(running);
+                st.running.push(Some(running));
                 st.running.len() - 1
             }
         };
@@ -411,6 +579,7 @@ impl QueueSet {
             slot,
             queue,
             seats,
+            share,
             given_back: false,
         }
     }
@@ -450,7 +619,14 @@ impl QueueSet {
             };
             st.waiting_seats = st.waiting_seats.saturating_sub(seats);
             let now = Instant::now();
-            let seat = self.begin(st, q, seats, waiter.tag, Some(now), now);
+            let running = Running {
+                queue: None,
+                seats,
+                share: waiter.share,
+                tag: waiter.tag,
+                started: now,
+            };
+            let seat = self.begin(st, q, running, now);
             if let Err(seat) = waiter.tx.send(seat) {
                 unwanted.push(seat);
             }
@@ -458,21 +634,17 @@ impl QueueSet {
     }
 
     /// Starts a request from queue `q`: the queue's virtual time advances by its work.
-    fn begin(
-        self: &Arc<Self>,
-        st: &mut State,
-        q: usize,
-        seats: usize,
-        tag: Tag,
-        started: Option<Instant>,
-        now: Instant,
-    ) -> Seat {
+    fn begin(self: &Arc<Self>, st: &mut State, q: usize, running: Running, now: Instant) -> Seat {
         st.robin = q;
         let start = st.queues[q].next;
         st.now = st.now.max(start);
-        st.queues[q].next = start + seats as f64 * SERVICE;
+        st.queues[q].next = start + running.seats as f64 * SERVICE;
         st.queues[q].executing += 1;
-        self.run(st, Some(q), seats, tag, started, now)
+        let running = Running {
+            queue: Some(q),
+            ..running
+        };
+        self.run(st, running, now)
     }
 
     /// Every waiting and executing request, for `dump_requests`: by queue, the waiting ones
@@ -546,6 +718,14 @@ mod tests {
         }
     }
 
+    /// A request of flow `hash` for no APIService.
+    fn start(set: &Arc<QueueSet>, hash: u64) -> Start {
+        match set.start(hash, 1, tag(), Instant::now(), None) {
+            Ok(started) => started,
+            Err(_) => panic!("no APIService, no share"),
+        }
+    }
+
     fn queue_mode(queues: usize, hand_size: usize, limit: usize) -> Mode {
         let _ = limit;
         Mode::Queue {
@@ -557,27 +737,24 @@ mod tests {
 
     #[test]
     fn exempt_and_reject_levels() {
-        let exempt = QueueSet::new(Mode::Exempt, 0);
+        let exempt = QueueSet::new(Mode::Exempt, 0, None);
         let seats: Vec<_> = (0..100)
-            .map(|_| match exempt.start(1, 1, tag(), Instant::now()) {
+            .map(|_| match start(&exempt, 1) {
                 Start::Run(s) => s,
                 _ => panic!("an exempt level never waits"),
             })
             .collect();
         assert_eq!(exempt.snapshot().executing, 100);
         drop(seats);
-        let reject = QueueSet::new(Mode::Reject, 2);
-        let a = reject.start(1, 1, tag(), Instant::now());
-        let b = reject.start(2, 1, tag(), Instant::now());
+        let reject = QueueSet::new(Mode::Reject, 2, None);
+        let a = start(&reject, 1);
+        let b = start(&reject, 2);
         assert!(matches!(
-            reject.start(3, 1, tag(), Instant::now()),
+            start(&reject, 3),
             Start::Rejected(Reason::ConcurrencyLimit)
         ));
         drop(a);
-        assert!(matches!(
-            reject.start(3, 1, tag(), Instant::now()),
-            Start::Run(_)
-        ));
+        assert!(matches!(start(&reject, 3), Start::Run(_)));
         drop(b);
     }
 
@@ -585,19 +762,19 @@ mod tests {
     /// flow's request is served next, not after all of the first's.
     #[tokio::test]
     async fn fair_queuing_serves_the_quiet_flow_before_the_noisy_ones_backlog() {
-        let set = QueueSet::new(queue_mode(8, 1, 1), 1);
-        let Start::Run(first) = set.start(0, 1, tag(), Instant::now()) else {
+        let set = QueueSet::new(queue_mode(8, 1, 1), 1, None);
+        let Start::Run(first) = start(&set, 0) else {
             panic!("a free seat runs at once")
         };
         // The noisy flow (hash 0 → queue 0) queues three; then the quiet flow (hash 5).
         let mut noisy = Vec::new();
         for _ in 0..3 {
-            match set.start(0, 1, tag(), Instant::now()) {
+            match start(&set, 0) {
                 Start::Queued { rx, queue, .. } => noisy.push((rx, queue)),
                 _ => panic!("queued"),
             }
         }
-        let Start::Queued { mut rx, queue, .. } = set.start(5, 1, tag(), Instant::now()) else {
+        let Start::Queued { mut rx, queue, .. } = start(&set, 5) else {
             panic!("queued")
         };
         assert_ne!(queue, noisy[0].1, "the flows are in different queues");
@@ -617,25 +794,88 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_only_when_every_seat_is_taken() {
-        let set = QueueSet::new(queue_mode(1, 1, 1), 1);
-        let Start::Run(_running) = set.start(0, 1, tag(), Instant::now()) else {
+        let set = QueueSet::new(queue_mode(1, 1, 1), 1, None);
+        let Start::Run(_running) = start(&set, 0) else {
             panic!("a free seat runs at once")
         };
         let mut waiting = Vec::new();
         for _ in 0..3 {
-            waiting.push(set.start(0, 1, tag(), Instant::now()));
+            waiting.push(start(&set, 0));
         }
-        assert!(matches!(
-            set.start(0, 1, tag(), Instant::now()),
-            Start::Rejected(Reason::QueueFull)
-        ));
+        assert!(matches!(start(&set, 0), Start::Rejected(Reason::QueueFull)));
         // A waiter that gives up leaves room.
         if let Some(Start::Queued { id, queue, .. }) = waiting.pop() {
             assert!(set.cancel(queue, id));
         }
-        assert!(matches!(
-            set.start(0, 1, tag(), Instant::now()),
-            Start::Queued { .. }
-        ));
+        assert!(matches!(start(&set, 0), Start::Queued { .. }));
+    }
+
+    /// A seat given back wakes one waiter of the same APIService; a waiter dropped while it
+    /// waits is no longer counted; a waiter past its deadline gets none; other APIServices'
+    /// requests run meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_share_given_back_goes_to_one_waiter() {
+        let set = QueueSet::new(queue_mode(8, 2, 10), 10, Some(1));
+        let started = |service: &str| set.start(1, 1, tag(), Instant::now(), Some(service));
+        let later = || tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let share = |st: &State| {
+            let at = st.share_of.get("a").copied().unwrap_or(usize::MAX);
+            st.shares
+                .get(at)
+                .and_then(Option::as_ref)
+                .map(|s| (s.held, s.waiters))
+        };
+        let Ok(Start::Run(first)) = started("a") else {
+            panic!("a free share")
+        };
+        let waiter = || match started("a") {
+            Err(held) => tokio::spawn(held.wait.until(later())),
+            Ok(_) => panic!("the share is held"),
+        };
+        let (mut b, mut c) = (waiter(), waiter());
+        assert_eq!(share(&set.lock()), Some((1, 2)));
+        let Ok(Start::Run(other)) = started("b") else {
+            panic!("another APIService's request runs")
+        };
+        drop(other);
+        // One seat, given back: one waiter is woken, the other still waits.
+        drop(first);
+        let pending = tokio::select! {
+            woken = &mut b => { assert_eq!(woken.ok(), Some(true)); c }
+            woken = &mut c => { assert_eq!(woken.ok(), Some(true)); b }
+        };
+        assert_eq!(share(&set.lock()), Some((0, 1)));
+        let Ok(Start::Run(second)) = started("a") else {
+            panic!("the woken waiter starts again and runs")
+        };
+        // The next seat, to the remaining waiter, also after a third waiter gave up.
+        let gone = waiter();
+        assert_eq!(share(&set.lock()), Some((1, 2)));
+        gone.abort();
+        assert!(gone.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(share(&set.lock()), Some((1, 1)), "the dropped waiter");
+        drop(second);
+        let woken = tokio::time::timeout(std::time::Duration::from_secs(5), pending).await;
+        assert_eq!(
+            woken.ok().and_then(Result::ok),
+            Some(true),
+            "woken within 5 s"
+        );
+        let Ok(Start::Run(third)) = started("a") else {
+            panic!("runs")
+        };
+        let Err(held) = started("a") else {
+            panic!("the share is held")
+        };
+        let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert!(!held.wait.until(soon).await, "past its deadline");
+        drop(third);
+        assert_eq!(share(&set.lock()), Some((0, 0)));
+        set.prune_shares();
+        assert_eq!(
+            share(&set.lock()),
+            None,
+            "forgotten once nothing holds or waits"
+        );
     }
 }
