@@ -10,18 +10,20 @@
 //! concurrency, and over HTTP/1.1 at 16 in flight (`apf-cost-c16`): below the 24 of
 //! global-default's 49 seats one APIService may hold by default, so that no request waits for
 //! its APIService's share, which at 32 in flight a quarter of them do. Each runs [`ROUNDS`]
-//! rounds (more with `--rounds`), each round through the four gateways in rotating order. A
-//! round's ratio is its APF-on CPU per request over its APF-off one; the figure is the median
-//! of the rounds' ratios, with their range in its note.
+//! rounds (more with `--rounds`). In a round the four gateways are loaded at once, each by its
+//! own clients at the variant's concurrency, over the same window: whatever the machine does
+//! meanwhile, it does to all four, and a pair's ratio (APF-on CPU per request over APF-off)
+//! compares like with like. The figure is the median of the rounds' ratios, with their range
+//! in its note. The rows' request rates are those of a gateway sharing its CPU with three
+//! others.
 //!
 //! On a machine with more than one CPU (and `taskset`), the gateways run on the last CPU and
 //! the load generator and the backend on the others while the scenario runs, so that the
-//! gateways do not compete with them for a core: a round's ratio then moves by a few percent
-//! instead of by a fifth.
+//! gateways compete for a core with each other only.
 
 use super::env::{client_configs, Env, Proc};
 use super::load::{self, Measured, Proto, Target};
-use super::scenarios::{round_order, PAYLOAD};
+use super::scenarios::PAYLOAD;
 use super::{Figure, Row, Settings};
 use http::Method;
 
@@ -86,10 +88,19 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
         );
         let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
         for round in 0..rounds {
-            for i in round_order(round, targets.len()) {
-                let name = &targets[i].name;
-                eprintln!("apigw-bench: {scenario} via {name} (round {})", round + 1);
-                runs[i].push(load::run(&targets[i], &job).await);
+            eprintln!(
+                "apigw-bench: {scenario} via all four at once (round {})",
+                round + 1
+            );
+            let loads: Vec<_> = targets
+                .iter()
+                .map(|target| {
+                    let (target, job) = (target.clone(), job.clone());
+                    tokio::spawn(async move { load::run(&target, &job).await })
+                })
+                .collect();
+            for (i, load) in loads.into_iter().enumerate() {
+                runs[i].push(load.await.unwrap_or_else(|e| failed(&e)));
             }
         }
         for (on, off, what) in PAIRS {
@@ -158,6 +169,15 @@ fn taskset(pid: u32, cpus: &str) -> bool {
         .stdout(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The measurement of a load that never ended.
+fn failed(e: &tokio::task::JoinError) -> Measured {
+    Measured {
+        errors: 1,
+        first_error: Some(format!("load failed: {e}")),
+        ..Measured::default()
+    }
 }
 
 /// The figure of one pair: the median of the rounds' on/off ratios of CPU per request.
