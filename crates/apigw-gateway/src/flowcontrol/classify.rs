@@ -22,10 +22,13 @@ pub fn matches(fs: &FlowSchema, id: &Identity, a: &Attributes) -> bool {
 }
 
 /// What [`first_match`] found: the index of the matching schema, if any, and the identity's
-/// user name, shared with the cache (a request's tag keeps it without a copy).
+/// user name, shared with the cache (a request's tag keeps it without a copy); and the
+/// request's flow hash when the cache knows it (a schema distinguishing by user or not at
+/// all): [`flow_hash`] of the schema's name and the distinguisher.
 pub struct Matched {
     pub at: Option<usize>,
     pub user: Arc<str>,
+    pub flow: Option<u64>,
 }
 
 /// The index of the first of `schemas` (each `config` of it) that matches a request by `id`
@@ -47,41 +50,87 @@ pub fn first_match<S>(
             rules: subject_rules(schemas, &config, id),
         }),
     };
-    let at = subjects
-        .rules
-        .iter()
-        .find(|&&(s, r)| {
-            let rules = schemas.get(s as usize).map(&config).map(|fs| &fs.rules);
-            rules
-                .and_then(|rules| rules.get(r as usize))
-                .is_some_and(|rules| attributes_match(rules, a))
-        })
-        .map(|&(s, _)| s as usize);
+    let found = subjects.rules.iter().find(|c| {
+        // Rules that match every request of its kind need not be read.
+        match a.resource_request {
+            true if c.every_resource => return true,
+            false if c.every_non_resource => return true,
+            _ => {}
+        }
+        let rules = schemas
+            .get(c.schema as usize)
+            .map(&config)
+            .map(|fs| &fs.rules);
+        rules
+            .and_then(|rules| rules.get(c.rules as usize))
+            .is_some_and(|rules| attributes_match(rules, a))
+    });
     Matched {
-        at,
+        at: found.map(|c| c.schema as usize),
         user: subjects.user.clone(),
+        flow: found.and_then(|c| c.flow),
     }
 }
 
-/// Every (schema, rules) index pair, in order, whose subjects `id` is.
+/// Every rule set, in order, whose subjects `id` is.
 fn subject_rules<S>(
     schemas: &[S],
     config: &impl Fn(&S) -> &FlowSchema,
     id: &Identity,
-) -> Box<[(u32, u32)]> {
+) -> Box<[Candidate]> {
     let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
     schemas
         .iter()
         .enumerate()
         .flat_map(|(s, schema)| {
-            config(schema)
-                .rules
+            let fs = config(schema);
+            let flow = match fs.distinguisher {
+                Some(Distinguisher::ByNamespace) => None,
+                how => Some(flow_hash(&fs.name, distinguisher_of(how, &id.user, ""))),
+            };
+            fs.rules
                 .iter()
                 .enumerate()
                 .filter(|(_, rules)| subjects_match(rules, id))
-                .map(move |(r, _)| (index(s), index(r)))
+                .map(move |(r, rules)| Candidate {
+                    schema: index(s),
+                    rules: index(r),
+                    every_resource: rules.resource_rules.iter().any(every_resource),
+                    every_non_resource: rules.non_resource_rules.iter().any(every_non_resource),
+                    flow,
+                })
         })
         .collect()
+}
+
+/// A rule set whose subjects an identity is: where it is, whether it matches every resource
+/// or every non-resource request, and the flow hash of the identity's requests it matches
+/// when that does not depend on the request.
+struct Candidate {
+    schema: u32,
+    rules: u32,
+    every_resource: bool,
+    every_non_resource: bool,
+    flow: Option<u64>,
+}
+
+/// Whether `list` is the lone wildcard, which [`contains`] lets match every value.
+fn wildcard(list: &[String]) -> bool {
+    matches!(list, [only] if only == "*")
+}
+
+/// Whether `rule` matches every resource request, as [`resource_matches`] decides.
+fn every_resource(rule: &ResourceRule) -> bool {
+    wildcard(&rule.verbs)
+        && wildcard(&rule.api_groups)
+        && wildcard(&rule.resources)
+        && wildcard(&rule.namespaces)
+        && rule.cluster_scope
+}
+
+/// Whether `rule` matches every non-resource request, as [`non_resource_matches`] decides.
+fn every_non_resource(rule: &NonResourceRule) -> bool {
+    wildcard(&rule.verbs) && rule.urls.iter().any(|url| url == "*")
 }
 
 /// Entries of a [`SubjectCache`]: a power of two.
@@ -98,9 +147,9 @@ pub struct SubjectCache {
 struct Subjects {
     user: Arc<str>,
     groups: Vec<String>,
-    /// The (schema, rules) index pairs whose subjects the identity is, in order: only these
-    /// are matched against a request's attributes.
-    rules: Box<[(u32, u32)]>,
+    /// The rule sets whose subjects the identity is, in order: only these are matched
+    /// against a request's attributes.
+    rules: Box<[Candidate]>,
 }
 
 impl Default for SubjectCache {
@@ -158,7 +207,7 @@ fn subject_matches(subject: &Subject, id: &Identity) -> bool {
 
 /// The wildcard counts only as the list's sole entry.
 fn contains(list: &[String], value: &str) -> bool {
-    matches!(list, [only] if only == "*") || list.iter().any(|v| v == value)
+    wildcard(list) || list.iter().any(|v| v == value)
 }
 
 /// `resource` or `resource/subresource` of `a` is `rule_resource`.
@@ -170,8 +219,8 @@ fn same_resource(rule_resource: &str, a: &Attributes) -> bool {
 }
 
 fn resource_matches(rule: &ResourceRule, a: &Attributes) -> bool {
-    let resource_ok = matches!(rule.resources.as_slice(), [only] if only == "*")
-        || rule.resources.iter().any(|r| same_resource(r, a));
+    let resource_ok =
+        wildcard(&rule.resources) || rule.resources.iter().any(|r| same_resource(r, a));
     contains(&rule.verbs, &a.verb)
         && contains(&rule.api_groups, &a.group)
         && resource_ok
@@ -202,9 +251,13 @@ fn url_matches(url: &str, path: &str) -> bool {
 
 /// The distinguisher of a request's flow within a schema distinguishing by `how`.
 pub fn distinguisher<'a>(how: Option<Distinguisher>, user: &'a str, a: &'a Attributes) -> &'a str {
+    distinguisher_of(how, user, &a.namespace)
+}
+
+fn distinguisher_of<'a>(how: Option<Distinguisher>, user: &'a str, namespace: &'a str) -> &'a str {
     match how {
         Some(Distinguisher::ByUser) => user,
-        Some(Distinguisher::ByNamespace) => &a.namespace,
+        Some(Distinguisher::ByNamespace) => namespace,
         None => "",
     }
 }
@@ -313,6 +366,17 @@ mod tests {
             let cached = CACHE.with(|c| first_match(&schemas, |s| s, c, id, &a));
             assert_eq!(cached.at, linear, "{} {path}", id.user);
             assert_eq!(&*cached.user, id.user);
+            // A flow hash the cache knows is the one the request's own would be.
+            if let Some(flow) = cached.flow {
+                let fs = linear.map(|at| &schemas[at]);
+                let how = fs.and_then(|fs| fs.distinguisher);
+                let name = fs.map_or("", |fs| fs.name.as_str());
+                assert_eq!(
+                    flow,
+                    flow_hash(name, distinguisher(how, &id.user, &a)),
+                    "{path}"
+                );
+            }
         }
         linear
             .map(|at| schemas[at].name.clone())

@@ -420,15 +420,20 @@ impl FlowControl {
     }
 
     /// The schema of a request by `id` with `a`: the first that matches, else `catch-all`;
-    /// and the identity's user name, shared.
-    fn classify(&self, id: &Identity, a: &Attributes) -> Option<(&Arc<Schema>, Arc<str>)> {
+    /// the identity's user name, shared; and the request's flow hash.
+    fn classify(&self, id: &Identity, a: &Attributes) -> Option<(&Arc<Schema>, Arc<str>, u64)> {
         let matched = classify::first_match(&self.schemas, |s| &s.config, &self.subjects, id, a);
         let schema = matched.at.and_then(|at| self.schemas.get(at)).or_else(|| {
             self.schemas
                 .iter()
                 .find(|s| s.config.name == config::CATCH_ALL)
         })?;
-        Some((schema, matched.user))
+        let flow = matched.flow.unwrap_or_else(|| {
+            let how = schema.config.distinguisher;
+            let distinguisher = classify::distinguisher(how, &id.user, a);
+            classify::flow_hash(&schema.config.name, distinguisher)
+        });
+        Some((schema, matched.user, flow))
     }
 
     /// Admits a request by `id` with `a`, for the backend of `apiservice` if any, under
@@ -440,19 +445,16 @@ impl FlowControl {
         a: &Arc<Attributes>,
         apiservice: Option<&str>,
     ) -> Option<Result<Ticket, Rejected>> {
-        let (schema, user) = self.classify(id, a)?;
+        let (schema, user, hash) = self.classify(id, a)?;
         let level = &schema.level;
         let arrived = Instant::now();
         // When its wait ends, should it have to wait.
         let deadline = || tokio::time::Instant::from(arrived + self.wait_limit);
         // Whether it waited, for its APIService's share or in a queue.
         let mut waited = false;
-        let how = schema.config.distinguisher;
-        let distinguisher = classify::distinguisher(how, &id.user, a);
-        let hash = classify::flow_hash(&schema.config.name, distinguisher);
         let mut tag = Tag {
             schema: schema.at,
-            distinguisher: how,
+            distinguisher: schema.config.distinguisher,
             user,
             attrs: a.clone(),
             arrived,
