@@ -1,8 +1,8 @@
 //! APF's metrics, with upstream's names and labels, kept cheap on the path of every request:
 //! each schema's series are looked up once, when its configuration is put in force; the
 //! executing seats are the executing requests (every request takes one seat), exported twice
-//! from one gauge; and a request dispatched without waiting is counted, not observed, its zero
-//! wait added to the wait histogram when it is scraped.
+//! from one gauge; a request dispatched without waiting is counted once, not observed: at a
+//! scrape its zero wait is added to the wait histogram, and it to the dispatched requests.
 
 use super::borrowing;
 use prometheus::core::{Collector, Desc};
@@ -12,7 +12,8 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 /// The APF metrics.
 #[derive(Clone)]
 pub struct FlowMetrics {
-    dispatched: IntCounterVec,
+    /// Dispatches after a wait, by level and schema: with `immediate`, the dispatched requests.
+    waited: IntCounterVec,
     pub(super) rejected: IntCounterVec,
     inqueue: IntGaugeVec,
     executing: IntGaugeVec,
@@ -28,16 +29,30 @@ pub struct FlowMetrics {
 
 /// The series of one schema's requests.
 pub(super) struct SchemaMetrics {
-    pub dispatched: prometheus::IntCounter,
     pub inqueue: prometheus::IntGauge,
     /// Requests executing, and so seats.
     pub executing: prometheus::IntGauge,
     /// Waits that ended in execution, or in a time-out in the queue (as upstream counts them).
     pub waited: prometheus::Histogram,
+    /// Requests dispatched after a wait, which `waited` observed.
+    dispatched_after_wait: prometheus::IntCounter,
     /// Requests dispatched as they arrived: a wait of zero, for `waited`.
-    pub immediate: prometheus::IntCounter,
+    immediate: prometheus::IntCounter,
     /// Waits that ended in refusal before any queue.
     pub refused: prometheus::Histogram,
+}
+
+impl SchemaMetrics {
+    /// Counts a request dispatched after waiting `waited` seconds, or at once (None).
+    pub fn dispatched(&self, waited: Option<f64>) {
+        match waited {
+            Some(seconds) => {
+                self.waited.observe(seconds);
+                self.dispatched_after_wait.inc();
+            }
+            None => self.immediate.inc(),
+        }
+    }
 }
 
 const PF: [&str; 2] = ["priority_level", "flow_schema"];
@@ -57,13 +72,26 @@ impl FlowMetrics {
             &["priority_level", "flow_schema", EXECUTE],
         )
         .expect("valid metric");
-        let immediate =
-            IntCounterVec::new(Opts::new("immediate", "unexported"), &PF).expect("valid metric");
+        let unexported = |name| IntCounterVec::new(Opts::new(name, "unexported"), &PF);
+        let immediate = unexported("immediate").expect("valid metric");
+        let waited = unexported("waited").expect("valid metric");
         let waits = Waits {
             wait: wait.clone(),
             immediate: immediate.clone(),
         };
         r.register(Box::new(waits)).expect("unique metric");
+        let dispatched = Dispatched {
+            desc: Desc::new(
+                "apiserver_flowcontrol_dispatched_requests_total".into(),
+                "Requests released for execution, by priority level and flow schema.".into(),
+                PF.map(String::from).to_vec(),
+                Default::default(),
+            )
+            .expect("valid metric"),
+            immediate: immediate.clone(),
+            waited: waited.clone(),
+        };
+        r.register(Box::new(dispatched)).expect("unique metric");
         let fair = prometheus::Gauge::new(
             "apiserver_flowcontrol_seat_fair_frac",
             "The fair proportion of the levels' seat demands the last borrowing period gave them.",
@@ -92,11 +120,7 @@ impl FlowMetrics {
         r.register(Box::new(both)).expect("unique metric");
         let level = ["priority_level"];
         Self {
-            dispatched: counter(
-                "apiserver_flowcontrol_dispatched_requests_total",
-                "Requests released for execution, by priority level and flow schema.",
-                &PF,
-            ),
+            waited,
             rejected: counter(
                 "apiserver_flowcontrol_rejected_requests_total",
                 "Requests refused, by priority level, flow schema and reason.",
@@ -146,10 +170,10 @@ impl FlowMetrics {
     pub(super) fn schema(&self, level: &str, schema: &str) -> SchemaMetrics {
         let pf = [level, schema];
         SchemaMetrics {
-            dispatched: self.dispatched.with_label_values(&pf),
             inqueue: self.inqueue.with_label_values(&pf),
             executing: self.executing.with_label_values(&pf),
             waited: self.wait.with_label_values(&[level, schema, "true"]),
+            dispatched_after_wait: self.waited.with_label_values(&pf),
             immediate: self.immediate.with_label_values(&pf),
             refused: self.wait.with_label_values(&[level, schema, "false"]),
         }
@@ -179,6 +203,41 @@ impl Collector for Executing {
         });
         let seats: Vec<MetricFamily> = seats.collect();
         requests.into_iter().chain(seats).collect()
+    }
+}
+
+/// `apiserver_flowcontrol_dispatched_requests_total`: the requests dispatched at once and
+/// those dispatched after a wait (a sum of two counters, which never goes down).
+struct Dispatched {
+    desc: Desc,
+    immediate: IntCounterVec,
+    waited: IntCounterVec,
+}
+
+impl Collector for Dispatched {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let waited = self.waited.collect();
+        let after_wait: std::collections::HashMap<(&str, &str), f64> = waited
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| (flow(m), m.get_counter().get_value()))
+            .collect();
+        let mut families = self.immediate.collect();
+        for family in &mut families {
+            family.set_name(self.desc.fq_name.clone());
+            family.set_help(self.desc.help.clone());
+            for m in family.mut_metric() {
+                let more = after_wait.get(&flow(m)).copied().unwrap_or(0.0);
+                let mut counter = m.get_counter().clone();
+                counter.set_value(counter.get_value() + more);
+                m.set_counter(counter);
+            }
+        }
+        families
     }
 }
 
@@ -250,9 +309,9 @@ mod tests {
         let r = Registry::new();
         let m = FlowMetrics::register(&r);
         let s = m.schema("global-default", "global-default");
-        s.immediate.inc();
-        s.immediate.inc();
-        s.waited.observe(0.3);
+        s.dispatched(None);
+        s.dispatched(None);
+        s.dispatched(Some(0.3));
         s.refused.observe(0.0);
         s.executing.add(3);
         let text = scrape(&r);
@@ -295,6 +354,11 @@ mod tests {
             let series = format!("apiserver_flowcontrol_current_executing_{name}{{{pf}}}");
             assert_eq!(line(&series), "3", "{series}");
         }
-        assert!(!text.contains("immediate"), "{text}");
+        let dispatched = format!("apiserver_flowcontrol_dispatched_requests_total{{{pf}}}");
+        assert_eq!(line(&dispatched), "3");
+        assert!(
+            !text.contains("immediate") && !text.contains("waited{"),
+            "{text}"
+        );
     }
 }

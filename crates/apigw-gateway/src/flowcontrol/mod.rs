@@ -502,12 +502,8 @@ impl FlowControl {
         };
         match outcome {
             Ok(seat) => {
-                match waited {
-                    true => m.waited.observe(arrived.elapsed().as_secs_f64()),
-                    // Dispatched as it arrived: no time waiting.
-                    false => m.immediate.inc(),
-                }
-                m.dispatched.inc();
+                // Dispatched as it arrived: no time waiting.
+                m.dispatched(waited.then(|| arrived.elapsed().as_secs_f64()));
                 m.executing.inc();
                 Some(Ok(Ticket {
                     seat: Some(seat),
