@@ -109,7 +109,8 @@ pub struct BenchArgs {
     pub no_log_target: bool,
     /// Run the targets of the small GETs (small-get-nginx-backend's too), list-10m and post-1m
     /// this many times, each round starting at the next target; each row is then the median
-    /// of its rounds, with each round's req/s in the JSON (1 with --quick).
+    /// of its rounds, with each round's req/s in the JSON (1 with --quick). apf-cost runs at
+    /// least 7 rounds (2 with --quick), each loading its four gateways at once.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
     /// Where scripts/upstream put its builds (etcd, kube-apiserver, sample-apiserver, the
