@@ -171,7 +171,7 @@ fn taskset(pid: u32, cpus: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The measurement of a load that never ended.
+/// The measurement of a load whose task failed.
 fn failed(e: &tokio::task::JoinError) -> Measured {
     Measured {
         errors: 1,

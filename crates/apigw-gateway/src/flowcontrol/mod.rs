@@ -502,7 +502,7 @@ impl FlowControl {
         };
         match outcome {
             Ok(seat) => {
-                // Dispatched as it arrived: no time waiting.
+                // How long it waited; nothing when it was dispatched as it arrived.
                 m.dispatched(waited.then(|| arrived.elapsed().as_secs_f64()));
                 m.executing.inc();
                 Some(Ok(Ticket {
