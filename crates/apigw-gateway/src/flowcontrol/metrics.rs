@@ -13,7 +13,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 #[derive(Clone)]
 pub struct FlowMetrics {
     /// Dispatches after a wait, by level and schema: with `immediate`, the dispatched requests.
-    waited: IntCounterVec,
+    dispatched_after_wait: IntCounterVec,
     pub(super) rejected: IntCounterVec,
     inqueue: IntGaugeVec,
     executing: IntGaugeVec,
@@ -74,22 +74,19 @@ impl FlowMetrics {
         .expect("valid metric");
         let unexported = |name| IntCounterVec::new(Opts::new(name, "unexported"), &PF);
         let immediate = unexported("immediate").expect("valid metric");
-        let waited = unexported("waited").expect("valid metric");
+        let dispatched_after_wait = unexported("dispatched_after_wait").expect("valid metric");
         let waits = Waits {
             wait: wait.clone(),
             immediate: immediate.clone(),
         };
         r.register(Box::new(waits)).expect("unique metric");
         let dispatched = Dispatched {
-            desc: Desc::new(
-                "apiserver_flowcontrol_dispatched_requests_total".into(),
-                "Requests released for execution, by priority level and flow schema.".into(),
-                PF.map(String::from).to_vec(),
-                Default::default(),
-            )
-            .expect("valid metric"),
+            desc: pf_desc(
+                "apiserver_flowcontrol_dispatched_requests_total",
+                "Requests released for execution, by priority level and flow schema.",
+            ),
             immediate: immediate.clone(),
-            waited: waited.clone(),
+            after_wait: dispatched_after_wait.clone(),
         };
         r.register(Box::new(dispatched)).expect("unique metric");
         let fair = prometheus::Gauge::new(
@@ -106,13 +103,10 @@ impl FlowMetrics {
             &PF,
         )
         .expect("valid metric");
-        let seats = Desc::new(
-            "apiserver_flowcontrol_current_executing_seats".into(),
-            "Seats held by executing requests, by priority level and flow schema.".into(),
-            PF.map(String::from).to_vec(),
-            Default::default(),
-        )
-        .expect("valid metric");
+        let seats = pf_desc(
+            "apiserver_flowcontrol_current_executing_seats",
+            "Seats held by executing requests, by priority level and flow schema.",
+        );
         let both = Executing {
             requests: executing.clone(),
             seats,
@@ -120,7 +114,7 @@ impl FlowMetrics {
         r.register(Box::new(both)).expect("unique metric");
         let level = ["priority_level"];
         Self {
-            waited,
+            dispatched_after_wait,
             rejected: counter(
                 "apiserver_flowcontrol_rejected_requests_total",
                 "Requests refused, by priority level, flow schema and reason.",
@@ -173,7 +167,7 @@ impl FlowMetrics {
             inqueue: self.inqueue.with_label_values(&pf),
             executing: self.executing.with_label_values(&pf),
             waited: self.wait.with_label_values(&[level, schema, "true"]),
-            dispatched_after_wait: self.waited.with_label_values(&pf),
+            dispatched_after_wait: self.dispatched_after_wait.with_label_values(&pf),
             immediate: self.immediate.with_label_values(&pf),
             refused: self.wait.with_label_values(&[level, schema, "false"]),
         }
@@ -196,12 +190,7 @@ impl Collector for Executing {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let requests = self.requests.collect();
-        let seats = requests.iter().cloned().map(|mut family| {
-            family.set_name(self.seats.fq_name.clone());
-            family.set_help(self.seats.help.clone());
-            family
-        });
-        let seats: Vec<MetricFamily> = seats.collect();
+        let seats = renamed(requests.to_vec(), &self.seats);
         requests.into_iter().chain(seats).collect()
     }
 }
@@ -211,7 +200,7 @@ impl Collector for Executing {
 struct Dispatched {
     desc: Desc,
     immediate: IntCounterVec,
-    waited: IntCounterVec,
+    after_wait: IntCounterVec,
 }
 
 impl Collector for Dispatched {
@@ -220,22 +209,14 @@ impl Collector for Dispatched {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let waited = self.waited.collect();
-        let after_wait: std::collections::HashMap<(&str, &str), f64> = waited
-            .iter()
-            .flat_map(|family| family.get_metric())
-            .map(|m| (flow(m), m.get_counter().get_value()))
-            .collect();
-        let mut families = self.immediate.collect();
-        for family in &mut families {
-            family.set_name(self.desc.fq_name.clone());
-            family.set_help(self.desc.help.clone());
-            for m in family.mut_metric() {
-                let more = after_wait.get(&flow(m)).copied().unwrap_or(0.0);
-                let mut counter = m.get_counter().clone();
-                counter.set_value(counter.get_value() + more);
-                m.set_counter(counter);
-            }
+        let after_wait = self.after_wait.collect();
+        let after_wait = counts_by_flow(&after_wait);
+        let mut families = renamed(self.immediate.collect(), &self.desc);
+        for m in families.iter_mut().flat_map(|f| f.mut_metric()) {
+            let more = after_wait.get(&flow(m)).copied().unwrap_or(0);
+            let mut counter = m.get_counter().clone();
+            counter.set_value(counter.get_value() + more as f64);
+            m.set_counter(counter);
         }
         families
     }
@@ -255,11 +236,7 @@ impl Collector for Waits {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let immediate = self.immediate.collect();
-        let zeros: std::collections::HashMap<(&str, &str), u64> = immediate
-            .iter()
-            .flat_map(|family| family.get_metric())
-            .map(|m| (flow(m), m.get_counter().get_value() as u64))
-            .collect();
+        let zeros = counts_by_flow(&immediate);
         let mut families = self.wait.collect();
         for m in families.iter_mut().flat_map(|f| f.mut_metric()) {
             let n = match label(m, EXECUTE) {
@@ -280,6 +257,29 @@ impl Collector for Waits {
         }
         families
     }
+}
+
+/// The description of a metric labelled by level and schema.
+fn pf_desc(name: &str, help: &str) -> Desc {
+    let labels = PF.map(String::from).to_vec();
+    Desc::new(name.into(), help.into(), labels, Default::default()).expect("valid metric")
+}
+
+/// `families` under `desc`'s name and help.
+fn renamed(mut families: Vec<MetricFamily>, desc: &Desc) -> Vec<MetricFamily> {
+    for family in &mut families {
+        family.set_name(desc.fq_name.clone());
+        family.set_help(desc.help.clone());
+    }
+    families
+}
+
+/// The counts of the counters in `families`, by level and schema.
+fn counts_by_flow(families: &[MetricFamily]) -> std::collections::HashMap<(&str, &str), u64> {
+    let series = families.iter().flat_map(|family| family.get_metric());
+    series
+        .map(|m| (flow(m), m.get_counter().get_value() as u64))
+        .collect()
 }
 
 /// The value of a series' label `name`.
@@ -357,7 +357,7 @@ mod tests {
         let dispatched = format!("apiserver_flowcontrol_dispatched_requests_total{{{pf}}}");
         assert_eq!(line(&dispatched), "3");
         assert!(
-            !text.contains("immediate") && !text.contains("waited{"),
+            !text.contains("immediate") && !text.contains("dispatched_after_wait"),
             "{text}"
         );
     }
