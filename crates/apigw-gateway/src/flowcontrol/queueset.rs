@@ -271,30 +271,27 @@ impl State {
         self.demand.set(demand, now);
     }
 
-    /// The slot of `apiservice`'s share, made when it has none.
-    fn share_slot(&mut self, apiservice: &str) -> usize {
-        if let Some(&at) = self.share_of.get(apiservice) {
-            return at;
-        }
-        let name: Arc<str> = apiservice.into();
-        let share = Share {
-            name: name.clone(),
+    /// `apiservice`'s share and its slot, made when it has none.
+    fn share_slot(&mut self, apiservice: &str) -> (usize, &mut Share) {
+        let at = match self.share_of.get(apiservice) {
+            Some(&at) => at,
+            None => {
+                let at = self.shares.iter().position(Option::is_none);
+                let at = at.unwrap_or_else(|| {
+                    self.shares.push(None);
+                    self.shares.len() - 1
+                });
+                self.share_of.insert(apiservice.into(), at);
+                at
+            }
+        };
+        let share = self.shares[at].get_or_insert_with(|| Share {
+            name: apiservice.into(),
             held: 0,
             waiters: 0,
             freed: Arc::default(),
-        };
-        let at = match self.shares.iter().position(Option::is_none) {
-            Some(at) => {
-                self.shares[at] = Some(share);
-                at
-            }
-            None => {
-                self.shares.push(Some(share));
-                self.shares.len() - 1
-            }
-        };
-        self.share_of.insert(name, at);
-        at
+        });
+        (at, share)
     }
 
     /// Gives `seats` of share `at` back, waking one of its waiters (a waiter that has gone
@@ -392,10 +389,7 @@ impl QueueSet {
         let mut st = self.lock();
         let share = match (self.share_cap, apiservice) {
             (Some(cap), Some(name)) => {
-                let at = st.share_slot(name);
-                let Some(Some(share)) = st.shares.get_mut(at) else {
-                    return Ok(Start::Rejected(Reason::ApiServiceLimit));
-                };
+                let (at, share) = st.share_slot(name);
                 if share.held + seats > cap && share.held > 0 {
                     share.waiters += 1;
                     let mut freed = Box::pin(share.freed.clone().notified_owned());
