@@ -43,10 +43,10 @@ pub fn first_match<S>(
     let slot = &cache.slots[cache.slot_of(&id.user)];
     let mut entry = slot.lock().unwrap_or_else(|e| e.into_inner());
     let subjects = match &mut *entry {
-        Some(known) if *known.user == *id.user && known.groups == id.groups => known,
+        Some(known) if *known.user == *id.user && known.groups.are(&id.groups) => known,
         stale => stale.insert(Subjects {
             user: Arc::from(id.user.as_str()),
-            groups: id.groups.clone(),
+            groups: Groups::of(&id.groups),
             rules: subject_rules(schemas, &config, id),
         }),
     };
@@ -146,10 +146,43 @@ pub struct SubjectCache {
 
 struct Subjects {
     user: Arc<str>,
-    groups: Vec<String>,
+    groups: Groups,
     /// The rule sets whose subjects the identity is, in order: only these are matched
     /// against a request's attributes.
     rules: Box<[Candidate]>,
+}
+
+/// An identity's groups in one buffer, each its length (4 bytes, little-endian) then its
+/// bytes: compared with a request's groups in one pass over memory that is one allocation.
+struct Groups(Box<[u8]>);
+
+impl Groups {
+    fn of(groups: &[String]) -> Self {
+        let mut buf = Vec::with_capacity(groups.iter().map(|g| 4 + g.len()).sum());
+        for g in groups {
+            // A group longer than 4 GiB cannot have arrived in a request's headers.
+            let len = u32::try_from(g.len()).unwrap_or(u32::MAX);
+            buf.extend_from_slice(&len.to_le_bytes());
+            buf.extend_from_slice(g.as_bytes());
+        }
+        Self(buf.into_boxed_slice())
+    }
+
+    /// Whether these are `groups`, in the same order.
+    fn are(&self, groups: &[String]) -> bool {
+        let mut rest = &self.0[..];
+        for g in groups {
+            let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+                return false;
+            };
+            let len = u32::from_le_bytes(*len) as usize;
+            if len != g.len() || !tail.starts_with(g.as_bytes()) {
+                return false;
+            }
+            rest = &tail[len..];
+        }
+        rest.is_empty()
+    }
 }
 
 impl Default for SubjectCache {
@@ -349,6 +382,25 @@ mod tests {
     use super::super::config::bootstrap_schemas;
     use super::*;
     use http::Method;
+
+    #[test]
+    fn cached_groups_are_only_the_same_groups_in_the_same_order() {
+        let owned = |gs: &[&str]| gs.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+        let cached = Groups::of(&owned(&["ab", "c"]));
+        assert!(cached.are(&owned(&["ab", "c"])));
+        for other in [
+            &["a", "bc"][..],
+            &["c", "ab"],
+            &["ab"],
+            &["ab", "c", ""],
+            &["abc"],
+            &[],
+        ] {
+            assert!(!cached.are(&owned(other)), "{other:?}");
+        }
+        assert!(Groups::of(&[]).are(&[]));
+        assert!(!Groups::of(&owned(&[""])).are(&[]));
+    }
 
     thread_local! {
         /// One slot: every identity of a test evicts the one before, and a repeated one hits.

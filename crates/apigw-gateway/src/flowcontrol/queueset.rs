@@ -113,6 +113,8 @@ struct State {
     /// The shares, at slots that stay put while a request holds or waits for the share;
     /// None: free for the next APIService.
     shares: Vec<Option<Share>>,
+    /// The slot of the share found last.
+    last_share: usize,
 }
 
 /// One APIService's share of the level.
@@ -271,10 +273,17 @@ impl State {
         self.demand.set(demand, now);
     }
 
-    /// `apiservice`'s share and its slot, made when it has none.
+    /// `apiservice`'s share and its slot, made when it has none. The slot found last is
+    /// tried first: a level's requests mostly go to the same APIService as the one before,
+    /// and so need no hashing of its name.
     fn share_slot(&mut self, apiservice: &str) -> (usize, &mut Share) {
-        let at = match self.share_of.get(apiservice) {
-            Some(&at) => at,
+        let last = self.last_share;
+        let known = match self.shares.get(last) {
+            Some(Some(share)) if *share.name == *apiservice => Some(last),
+            _ => self.share_of.get(apiservice).copied(),
+        };
+        let at = match known {
+            Some(at) => at,
             None => {
                 let at = self.shares.iter().position(Option::is_none);
                 let at = at.unwrap_or_else(|| {
@@ -285,6 +294,7 @@ impl State {
                 at
             }
         };
+        self.last_share = at;
         let share = self.shares[at].get_or_insert_with(|| Share {
             name: apiservice.into(),
             held: 0,
@@ -334,6 +344,7 @@ impl QueueSet {
                 rejected: 0,
                 share_of: HashMap::default(),
                 shares: Vec::new(),
+                last_share: 0,
             }),
         })
     }
