@@ -17,6 +17,13 @@
 //! in its note. The rows' request rates are those of a gateway sharing its CPU with three
 //! others.
 //!
+//! Those three variants saturate the gateways: each serves as many requests as its quarter of
+//! the CPU allows, so a pair's ratio also holds what being the slower one costs (its peers
+//! wait longer and need waking more often). `apf-cost-paced` loads the four at the same rate
+//! instead, [`PACED_SHARE`] of the slowest one's rate in `apf-cost-c16`, with 16 in flight:
+//! each serves the same requests, and the ratio is the work of a request alone. Every
+//! variant's figures count in the target.
+//!
 //! On a machine with more than one CPU (and `taskset`), the gateways run on the last CPU and
 //! the load generator and the backend on the others while the scenario runs, so that the
 //! gateways compete for a core with each other only.
@@ -37,6 +44,12 @@ const ROUNDS: usize = 7;
 
 /// Requests in flight below one APIService's default share of `global-default` (24 seats).
 const BELOW_SHARE: usize = 16;
+
+/// The variant that loads every gateway at the same rate, below what any of them serves.
+const PACED: &str = "apf-cost-paced";
+
+/// The paced rate, as a share of the slowest gateway's rate in `apf-cost-c16`.
+const PACED_SHARE: f64 = 0.6;
 
 /// The flag that turns APF off.
 const APF_OFF: &str = "--enable-priority-and-fairness=false";
@@ -78,7 +91,11 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
         (NAME, Proto::H1, s.concurrency),
         ("apf-cost-h2", Proto::H2, s.concurrency),
         ("apf-cost-c16", Proto::H1, BELOW_SHARE),
+        (PACED, Proto::H1, BELOW_SHARE),
     ];
+    // The paced variant's rate per gateway: a share of the slowest one's saturated rate at
+    // the same concurrency, measured just before.
+    let mut rate = None;
     for (scenario, proto, concurrency) in variants {
         let job = s.job(
             Method::GET,
@@ -86,28 +103,23 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
             proto,
             concurrency,
         );
-        let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
-        for round in 0..rounds {
-            eprintln!(
-                "apigw-bench: {scenario} via all four at once (round {})",
-                round + 1
-            );
-            let loads: Vec<_> = targets
-                .iter()
-                .map(|target| {
-                    let (target, job) = (target.clone(), job.clone());
-                    tokio::spawn(async move { load::run(&target, &job).await })
-                })
-                .collect();
-            for (i, load) in loads.into_iter().enumerate() {
-                runs[i].push(load.await.unwrap_or_else(|e| failed(&e)));
-            }
+        let paced = (scenario == PACED).then_some(rate).flatten();
+        if scenario == PACED && paced.is_none() {
+            anyhow::bail!("{PACED}: no rate, apf-cost-c16 served nothing");
         }
+        let runs = all_at_once(scenario, &targets, &job, rounds, paced).await;
         for (on, off, what) in PAIRS {
             figures.push(paired(scenario, what, &runs[on], &runs[off]));
         }
-        for (target, runs) in targets.iter().zip(runs) {
-            let mut row = Row::new(scenario, &target.name, &job, load::median(&runs));
+        let medians: Vec<Measured> = runs.iter().map(|r| load::median(r)).collect();
+        rate = medians
+            .iter()
+            .map(|m| m.rps)
+            .reduce(f64::min)
+            .filter(|rps| *rps > 0.0)
+            .map(|rps| rps * PACED_SHARE);
+        for ((target, runs), median) in targets.iter().zip(runs).zip(medians) {
+            let mut row = Row::new(scenario, &target.name, &job, median);
             row.rounds_rps = runs.iter().map(|m| m.rps).collect();
             rows.push(row);
         }
@@ -119,6 +131,40 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
         }
     }
     Ok((rows, figures))
+}
+
+/// `rounds` rounds of `job` on every target at once, at most `rate` requests per second each
+/// when paced: each target's measurements, by round.
+async fn all_at_once(
+    scenario: &str,
+    targets: &[Target],
+    job: &load::Job,
+    rounds: usize,
+    rate: Option<f64>,
+) -> Vec<Vec<Measured>> {
+    let mut runs: Vec<Vec<Measured>> = vec![Vec::with_capacity(rounds); targets.len()];
+    for round in 0..rounds {
+        eprintln!(
+            "apigw-bench: {scenario} via all four at once (round {})",
+            round + 1
+        );
+        let loads: Vec<_> = targets
+            .iter()
+            .map(|target| {
+                let (target, job) = (target.clone(), job.clone());
+                tokio::spawn(async move {
+                    match rate {
+                        Some(rate) => load::run_paced(&target, &job, rate).await,
+                        None => load::run(&target, &job).await,
+                    }
+                })
+            })
+            .collect();
+        for (i, load) in loads.into_iter().enumerate() {
+            runs[i].push(load.await.unwrap_or_else(|e| failed(&e)));
+        }
+    }
+    runs
 }
 
 /// The gateways on the last CPU and this process and the backend on the others, until

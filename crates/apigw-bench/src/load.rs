@@ -268,6 +268,18 @@ impl Tally {
 
 /// Runs `job` against `target`: warm-up, then the measured window.
 pub async fn run(target: &Target, job: &Job) -> Measured {
+    run_at(target, job, None).await
+}
+
+/// [`run`], its workers together sending `rate` requests per second at most: each waits for
+/// its next turn, on a schedule of its own that the others' are spread between. A target
+/// that keeps up then serves every target paced alike the same requests, so their CPU per
+/// request compares the work of a request, and not also how each fares when saturated.
+pub async fn run_paced(target: &Target, job: &Job, rate: f64) -> Measured {
+    run_at(target, job, Some(rate)).await
+}
+
+async fn run_at(target: &Target, job: &Job, rate: Option<f64>) -> Measured {
     let workers = job.concurrency.max(1);
     let shared = match job.proto {
         Proto::H1 => Vec::new(),
@@ -288,12 +300,20 @@ pub async fn run(target: &Target, job: &Job) -> Measured {
     let measure_to = measure_from + job.window;
     let sampler = ProcSampler::start(target.pids.clone(), measure_from, measure_to);
     let mut tasks = Vec::with_capacity(workers);
+    // Each worker's turns, `every` apart; the workers' first turns spread over the first.
+    let every = rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(workers as f64 / r));
     for i in 0..workers {
         let sender = shared.get(i % shared.len().max(1)).cloned();
         let (target, job) = (target.clone(), job.clone());
+        let pace = every.map(|every| Pace {
+            next: start + every.mul_f64(i as f64 / workers as f64),
+            every,
+        });
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(start.into()).await;
-            worker(&target, &job, sender, measure_from, measure_to).await
+            worker(&target, &job, sender, pace, measure_from, measure_to).await
         }));
     }
     let mut total = Tally::default();
@@ -321,15 +341,30 @@ fn failed(e: String) -> Measured {
     }
 }
 
+/// A paced worker's schedule: its next turn, and the time between turns.
+struct Pace {
+    next: Instant,
+    every: Duration,
+}
+
 async fn worker(
     target: &Target,
     job: &Job,
     mut sender: Option<Sender>,
+    mut pace: Option<Pace>,
     from: Instant,
     to: Instant,
 ) -> Tally {
     let mut tally = Tally::default();
     while Instant::now() < to {
+        if let Some(pace) = pace.as_mut() {
+            // Late turns are taken at once: the schedule, not the last send, sets the rate.
+            tokio::time::sleep_until(pace.next.into()).await;
+            pace.next += pace.every;
+            if Instant::now() >= to {
+                break;
+            }
+        }
         let current = match &sender {
             Some(s) => s.clone(),
             None => match connect(target, job.proto).await {

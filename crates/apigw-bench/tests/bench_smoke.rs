@@ -187,7 +187,7 @@ fn quick_apf_cost_pairs_its_rounds() {
         "apf-cost",
     ]);
     let rows = report["rows"].as_array().expect("rows");
-    for scenario in ["apf-cost", "apf-cost-h2", "apf-cost-c16"] {
+    for scenario in ["apf-cost", "apf-cost-h2", "apf-cost-c16", "apf-cost-paced"] {
         for target in ["apigw", "apigw-no-apf", "apigw-log", "apigw-log-no-apf"] {
             let row = rows
                 .iter()
@@ -209,6 +209,23 @@ fn quick_apf_cost_pairs_its_rounds() {
             let note = figure["note"].as_str().unwrap_or_default();
             assert!(note.contains("median of 2 paired rounds"), "{figure}");
         }
+    }
+    // Paced at 0.6 of the slowest gateway's rate in apf-cost-c16: no faster, whoever serves.
+    let rps = |scenario: &str, target: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == scenario && r["target"] == target)
+            .and_then(|r| r["rps"].as_f64())
+            .unwrap_or_default()
+    };
+    let gateways = ["apigw", "apigw-no-apf", "apigw-log", "apigw-log-no-apf"];
+    let slowest = gateways
+        .iter()
+        .map(|g| rps("apf-cost-c16", g))
+        .fold(f64::INFINITY, f64::min);
+    for g in gateways {
+        // Each of the 16 workers may take one turn more than the rate in the 1 s window.
+        let paced = rps("apf-cost-paced", g);
+        assert!(paced <= 0.6 * slowest + 16.5, "{g}: {paced} req/s paced, slowest {slowest}");
     }
     assert!(
         stdout.contains("apf-cost: apigw CPU per request with APF <= 1.03x without"),
