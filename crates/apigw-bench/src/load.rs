@@ -272,9 +272,9 @@ pub async fn run(target: &Target, job: &Job) -> Measured {
 }
 
 /// [`run`], its workers together sending `rate` requests per second at most: each waits for
-/// its next turn, on a schedule of its own that the others' are spread between. A target
-/// that keeps up then serves every target paced alike the same requests, so their CPU per
-/// request compares the work of a request, and not also how each fares when saturated.
+/// its next turn, on a schedule of its own that the others' are spread between. Targets
+/// paced alike that keep up serve the same requests, so their CPU per request compares the
+/// work of a request, and not also how each fares when saturated.
 pub async fn run_paced(target: &Target, job: &Job, rate: f64) -> Measured {
     run_at(target, job, Some(rate)).await
 }

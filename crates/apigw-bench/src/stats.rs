@@ -1,8 +1,8 @@
-//! What `apigw-bench` reads from `/proc`: CPU seconds (the nanoseconds of each thread's
-//! `/proc/<pid>/task/<tid>/schedstat`, else `utime + stime` of `/proc/<pid>/stat`), resident memory (`VmRSS` of `/proc/<pid>/status`, sampled, since `VmHWM`
-//! only ever grows over the process's life), the children of a process (nginx's workers), and
-//! the machine line of the report. [`ProcSampler`] samples over a fixed window,
-//! [`OpenSampler`] until told to stop.
+//! What `apigw-bench` reads from `/proc`: CPU seconds (the run time of each thread in
+//! `/proc/<pid>/task/<tid>/schedstat`, else `utime + stime` of `/proc/<pid>/stat`), resident
+//! memory (`VmRSS` of `/proc/<pid>/status`, sampled, since `VmHWM` only ever grows over the
+//! process's life), the children of a process (nginx's workers), and the machine line of the
+//! report. [`ProcSampler`] samples over a fixed window, [`OpenSampler`] until told to stop.
 
 use serde::Serialize;
 use std::sync::OnceLock;
