@@ -225,7 +225,10 @@ fn quick_apf_cost_pairs_its_rounds() {
     for g in gateways {
         // Each of the 16 workers may take one turn more than the rate in the 1 s window.
         let paced = rps("apf-cost-paced", g);
-        assert!(paced <= 0.6 * slowest + 16.5, "{g}: {paced} req/s paced, slowest {slowest}");
+        assert!(
+            paced <= 0.6 * slowest + 16.5,
+            "{g}: {paced} req/s paced, slowest {slowest}"
+        );
     }
     assert!(
         stdout.contains("apf-cost: apigw CPU per request with APF <= 1.03x without"),
