@@ -51,11 +51,15 @@ pub fn first_match<S>(
         }),
     };
     let found = subjects.rules.iter().find(|c| {
-        // Rules that match every request of its kind need not be read.
-        match a.resource_request {
-            true if c.every_resource => return true,
-            false if c.every_non_resource => return true,
-            _ => {}
+        // Rules that match no request of its kind, or every one, need not be read.
+        let reach = match a.resource_request {
+            true => c.resource,
+            false => c.non_resource,
+        };
+        match reach {
+            Reach::Nothing => return false,
+            Reach::Everything => return true,
+            Reach::Some => {}
         }
         let rules = schemas
             .get(c.schema as usize)
@@ -95,23 +99,45 @@ fn subject_rules<S>(
                 .map(move |(r, rules)| Candidate {
                     schema: index(s),
                     rules: index(r),
-                    every_resource: rules.resource_rules.iter().any(every_resource),
-                    every_non_resource: rules.non_resource_rules.iter().any(every_non_resource),
+                    resource: Reach::of(&rules.resource_rules, every_resource),
+                    non_resource: Reach::of(&rules.non_resource_rules, every_non_resource),
                     flow,
                 })
         })
         .collect()
 }
 
-/// A rule set whose subjects an identity is: where it is, whether it matches every resource
-/// or every non-resource request, and the flow hash of the identity's requests it matches
+/// A rule set whose subjects an identity is: where it is, how much of the resource and of the
+/// non-resource requests it matches, and the flow hash of the identity's requests it matches
 /// when that does not depend on the request.
 struct Candidate {
     schema: u32,
     rules: u32,
-    every_resource: bool,
-    every_non_resource: bool,
+    resource: Reach,
+    non_resource: Reach,
     flow: Option<u64>,
+}
+
+/// How much of one kind of request (resource or non-resource) a rule set matches: when
+/// nothing or everything, a request of that kind is decided without reading the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Nothing,
+    Some,
+    Everything,
+}
+
+impl Reach {
+    /// The reach of `rules`, each matching every request of its kind when `every` says so.
+    fn of<R>(rules: &[R], every: impl Fn(&R) -> bool) -> Self {
+        if rules.is_empty() {
+            Self::Nothing
+        } else if rules.iter().any(every) {
+            Self::Everything
+        } else {
+            Self::Some
+        }
+    }
 }
 
 /// Whether `list` is the lone wildcard, which [`contains`] lets match every value.
