@@ -32,6 +32,7 @@ use super::env::{client_configs, Env, Proc};
 use super::load::{self, Measured, Proto, Target};
 use super::scenarios::PAYLOAD;
 use super::{Figure, Row, Settings};
+use anyhow::Context as _;
 use http::Method;
 
 pub const NAME: &str = "apf-cost";
@@ -45,10 +46,13 @@ const ROUNDS: usize = 7;
 /// Requests in flight below one APIService's default share of `global-default` (24 seats).
 const BELOW_SHARE: usize = 16;
 
+/// The variant of [`BELOW_SHARE`] requests in flight, saturating the gateways.
+const BELOW: &str = "apf-cost-c16";
+
 /// The variant that loads every gateway at the same rate, below what any of them serves.
 const PACED: &str = "apf-cost-paced";
 
-/// The paced rate, as a share of the slowest gateway's rate in `apf-cost-c16`.
+/// The paced rate, as a share of the slowest gateway's rate in [`BELOW`].
 const PACED_SHARE: f64 = 0.6;
 
 /// The flag that turns APF off.
@@ -90,11 +94,11 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
     let variants = [
         (NAME, Proto::H1, s.concurrency),
         ("apf-cost-h2", Proto::H2, s.concurrency),
-        ("apf-cost-c16", Proto::H1, BELOW_SHARE),
+        (BELOW, Proto::H1, BELOW_SHARE),
         (PACED, Proto::H1, BELOW_SHARE),
     ];
-    // The paced variant's rate per gateway: a share of the slowest one's saturated rate at
-    // the same concurrency, measured just before.
+    // The paced variant's rate per gateway: a share of the slowest one's rate in `BELOW`,
+    // which runs before it at the same concurrency.
     let mut rate = None;
     for (scenario, proto, concurrency) in variants {
         let job = s.job(
@@ -103,21 +107,23 @@ pub async fn run(s: &Settings, env: &Env) -> anyhow::Result<(Vec<Row>, Vec<Figur
             proto,
             concurrency,
         );
-        let paced = (scenario == PACED).then_some(rate).flatten();
-        if scenario == PACED && paced.is_none() {
-            anyhow::bail!("{PACED}: no rate, apf-cost-c16 served nothing");
-        }
+        let paced = match scenario {
+            PACED => Some(rate.with_context(|| format!("{PACED}: {BELOW} served nothing"))?),
+            _ => None,
+        };
         let runs = all_at_once(scenario, &targets, &job, rounds, paced).await;
         for (on, off, what) in PAIRS {
             figures.push(paired(scenario, what, &runs[on], &runs[off]));
         }
         let medians: Vec<Measured> = runs.iter().map(|r| load::median(r)).collect();
-        rate = medians
-            .iter()
-            .map(|m| m.rps)
-            .reduce(f64::min)
-            .filter(|rps| *rps > 0.0)
-            .map(|rps| rps * PACED_SHARE);
+        if scenario == BELOW {
+            rate = medians
+                .iter()
+                .map(|m| m.rps)
+                .reduce(f64::min)
+                .filter(|rps| *rps > 0.0)
+                .map(|rps| rps * PACED_SHARE);
+        }
         for ((target, runs), median) in targets.iter().zip(runs).zip(medians) {
             let mut row = Row::new(scenario, &target.name, &job, median);
             row.rounds_rps = runs.iter().map(|m| m.rps).collect();
