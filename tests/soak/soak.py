@@ -3,7 +3,7 @@
 the client-go load generator (tests/upstream/cmd/soak) for the minutes asked, and meanwhile
 churns: an APIService manifest added or removed every second, the backend restarted every
 30 s (down 2 s, by SIGTERM and SIGKILL in turn), the serving and proxy client certificates
-rotated every minute. It scrapes apigw's /metrics every 5 s into series.csv, then hands what
+rotated every minute. It scrapes apigw's /metrics every second into series.csv, then hands what
 it recorded to verdict.py and exits 1 on any failure, keeping the work directory.
 
     tests/soak/soak.py MINUTES      (scripts/soak MINUTES)
@@ -40,7 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # never taken for one a restart explains.
 RESTART_EVERY, RESTART_AT, DOWN_FOR = 30, 5, 2
 ROTATE_EVERY, ROTATE_AT = 60, 20
-SCRAPE_EVERY = 5
+# A scrape a second: the series move with the churn's phase (tasks fall from 20 to 11 while
+# the backend is down), and with a scrape every 5 s the phase the six samples of a half-minute
+# window caught decided its median. See docs/soak.md.
+SCRAPE_EVERY = 1
+# How long after the load ends apigw is scraped idle.
+IDLE_AFTER = 5
 ADDON_HOST = ("widgets", "interop")  # the addon's Service: widgets.interop.svc
 SERIES = [("process_resident_memory_bytes", "MiB", 2**20), ("process_open_fds", "", 1),
           ("apigw_runtime_alive_tasks", "", 1)]
@@ -263,7 +268,7 @@ def soak(minutes: int, work: Path) -> int:
             raise Failure("the load generator did not finish within 60 s of its end; see load.log")
         if load.returncode != 0:
             raise Failure(f"the load generator failed ({load.returncode}); see {work}/load.log")
-        time.sleep(SCRAPE_EVERY)
+        time.sleep(IDLE_AFTER)
         idle_after = gateway.scrape()
         record["final"] = idle_after
         if gateway.proc.poll() is not None:
