@@ -76,9 +76,17 @@ async fn admit(flow: Option<&Flow>, id: &Identity, a: &Arc<Attributes>) -> Optio
     }
 }
 
-/// Its answer's headers, with the PF headers when it holds a seat.
+/// Its answer's headers: those a backend's answer has with APF and without (so that the map's
+/// allocation is not charged to APF), and the PF headers when it holds a seat.
 fn answer(ticket: Option<&Ticket>) -> http::HeaderMap {
+    use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, DATE};
     let mut headers = http::HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from_static("1024"));
+    headers.insert(
+        DATE,
+        HeaderValue::from_static("Thu, 26 Nov 2026 20:00:00 GMT"),
+    );
     if let Some(ticket) = ticket {
         ticket.apply(&mut headers);
     }
