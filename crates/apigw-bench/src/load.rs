@@ -358,6 +358,12 @@ async fn worker(
     let mut tally = Tally::default();
     while Instant::now() < to {
         if let Some(pace) = pace.as_mut() {
+            // Turns the warm-up fell behind on are not made up in the window, which takes
+            // only its own turns: at most one more per worker than the rate allows.
+            if pace.next < from && Instant::now() >= from && !pace.every.is_zero() {
+                let behind = (from - pace.next).as_secs_f64() / pace.every.as_secs_f64();
+                pace.next += pace.every.mul_f64(behind.ceil());
+            }
             // Late turns are taken at once: the schedule, not the last send, sets the rate.
             tokio::time::sleep_until(pace.next.into()).await;
             pace.next += pace.every;
