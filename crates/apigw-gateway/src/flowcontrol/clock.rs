@@ -112,12 +112,9 @@ mod tests {
         assert_eq!(within(soon, async { 7 }).await, Some(7));
         let started = Instant::now();
         let never = std::future::pending::<()>();
-        let waited = within(started + Duration::from_millis(120), never);
-        let waited = tokio::time::timeout(Duration::from_secs(5), waited).await;
         assert_eq!(
-            waited,
-            Ok(None),
-            "ended at its deadline, not with a time-out"
+            within(started + Duration::from_millis(120), never).await,
+            None
         );
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(120), "{took:?}");
