@@ -15,7 +15,6 @@
 
 pub mod borrowing;
 pub mod classify;
-pub mod clock;
 pub mod config;
 pub mod metrics;
 pub mod objects;
@@ -489,10 +488,10 @@ impl FlowControl {
             } => {
                 waited = true;
                 m.inqueue.inc();
-                let waited = clock::within(deadline(), rx).await;
+                let waited = tokio::time::timeout_at(deadline(), rx).await;
                 m.inqueue.dec();
                 match waited {
-                    Some(Ok(seat)) => Ok(seat),
+                    Ok(Ok(seat)) => Ok(seat),
                     // Not dispatched within the wait limit: out of the queue.
                     _ => {
                         level.set.cancel(queue, waiter);

@@ -235,13 +235,12 @@ pub struct ShareWait {
 }
 
 impl ShareWait {
-    /// Waits until a seat of the share is given back (true) or `deadline` passes (false, by
-    /// at most a [`super::clock::TICK`]). Another request may take that seat first: the
-    /// caller starts again, and may wait again.
+    /// Waits until a seat of the share is given back (true) or `deadline` passes (false).
+    /// Another request may take that seat first: the caller starts again, and may wait again.
     pub async fn until(mut self, deadline: tokio::time::Instant) -> bool {
-        super::clock::within(deadline, &mut self.freed)
+        tokio::time::timeout_at(deadline, &mut self.freed)
             .await
-            .is_some()
+            .is_ok()
     }
 }
 
