@@ -27,7 +27,7 @@ use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
 pub use metrics::FlowMetrics;
 use metrics::SchemaMetrics;
-use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
+use queueset::{Mode, QueueSet, Reason, Seat, ShareHeld, Start, Tag};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -452,7 +452,7 @@ impl FlowControl {
         let deadline = || tokio::time::Instant::from(arrived + self.wait_limit);
         // Whether it waited, for its APIService's share or in a queue.
         let mut waited = false;
-        let mut tag = Tag {
+        let tag = Tag {
             schema: schema.at,
             distinguisher: schema.config.distinguisher,
             user,
@@ -460,22 +460,17 @@ impl FlowControl {
             arrived,
         };
         let m = &schema.metrics;
-        let started = loop {
-            // The demand changes now: when it arrived, unless it waited for its APIService's
-            // share.
-            let now = if waited { Instant::now() } else { arrived };
-            match level.set.start(hash, 1, tag, now, apiservice) {
-                Ok(started) => break started,
-                // Its APIService's requests hold their share: it waits (within the same limit)
-                // for one of their seats to be given back.
-                Err(held) => {
-                    waited = true;
-                    if !held.wait.until(deadline()).await {
-                        let reason = Reason::ApiServiceLimit;
-                        return Some(Err(self.refuse(schema, reason, true, arrived)));
-                    }
-                    tag = held.tag;
+        let started = match level.set.start(hash, 1, tag, arrived, apiservice) {
+            Ok(started) => started,
+            // Its APIService's requests hold their share: it waits in line (within the same
+            // limit) for one of their seats, which is then handed to it.
+            Err(ShareHeld { tag, mut wait }) => {
+                waited = true;
+                if !wait.until(deadline()).await {
+                    let reason = Reason::ApiServiceLimit;
+                    return Some(Err(self.refuse(schema, reason, true, arrived)));
                 }
+                level.set.start_handed(wait, hash, tag, Instant::now())
             }
         };
         let outcome = match started {

@@ -8,17 +8,16 @@
 //! longer and the others do not. The level's limit moves as it borrows and lends seats
 //! ([`super::borrowing`]); its seat demand is integrated here, where it changes. Beyond
 //! upstream, one APIService's requests may hold only `share_cap` of the level's seats: the
-//! others wait outside the queues, each woken alone as a seat of theirs is given back.
+//! others wait outside the queues, first come first served: a seat of theirs given back is
+//! handed to the longest waiter, whom a request arriving meanwhile cannot overtake.
 
 use super::borrowing::{Demand, Observed};
 use super::classify::{card, deal, hand_len};
 use crate::authz::Attributes;
 use std::collections::{HashMap, VecDeque};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::futures::OwnedNotified;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// Virtual seconds a request costs per seat (upstream's estimated service duration).
 const SERVICE: f64 = 0.003;
@@ -115,16 +114,25 @@ struct State {
     shares: Vec<Option<Share>>,
     /// The slot of the share found last.
     last_share: usize,
+    /// Share waits so far: each one's id.
+    next_share_wait: u64,
 }
 
 /// One APIService's share of the level.
 struct Share {
     name: Arc<str>,
-    /// Seats its requests hold, queued requests' included.
+    /// Seats its requests hold: queued requests' included, and those handed to a waiter.
     held: usize,
-    /// Its requests waiting for one of those seats.
-    waiters: usize,
-    freed: Arc<Notify>,
+    /// Its requests waiting for some of those seats, the longest waiting first.
+    waiters: VecDeque<ShareWaiter>,
+}
+
+/// A request waiting for seats of its APIService's share.
+struct ShareWaiter {
+    id: u64,
+    seats: usize,
+    /// Told when the seats are handed to it: they are then held on its behalf.
+    tx: oneshot::Sender<()>,
 }
 
 /// A request executing (or about to): what the dump shows, and what it gives back.
@@ -185,7 +193,7 @@ impl Seat {
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
-            st.give_share_back(self.share, self.seats);
+            st.give_share_back(self.share, self.seats, self.set.cap());
             let unwanted = match st.waiting_seats {
                 0 => Vec::new(),
                 _ => self.set.dispatch(&mut st),
@@ -218,38 +226,58 @@ pub enum Start {
     Rejected(Reason),
 }
 
-/// A request whose APIService's requests hold their share of the level: to start again once
-/// `wait` ends well.
+/// A request whose APIService's requests hold their share of the level: it starts with
+/// [`QueueSet::start_handed`] once `wait` ends well.
 pub struct ShareHeld {
     pub tag: Tag,
     pub wait: ShareWait,
 }
 
-/// A request waiting for a seat of its APIService's share, counted while it waits. It was
-/// in line for a wake before the level's lock was released, so none is lost; one it got but
-/// did not use passes on to another waiter.
+/// A request in line for seats of its APIService's share. It joined the line before the
+/// level's lock was released, so no seat given back passes it by; seats handed to it that it
+/// does not use (it gave up, or went) go to the next in line.
 pub struct ShareWait {
     set: Arc<QueueSet>,
     share: usize,
-    freed: Pin<Box<OwnedNotified>>,
+    id: u64,
+    seats: usize,
+    rx: oneshot::Receiver<()>,
+    /// Whether it was told that the seats are its own.
+    handed: bool,
+    /// Whether a request started with them.
+    used: bool,
 }
 
 impl ShareWait {
-    /// Waits until a seat of the share is given back (true) or `deadline` passes (false).
-    /// Another request may take that seat first: the caller starts again, and may wait again.
-    pub async fn until(mut self, deadline: tokio::time::Instant) -> bool {
-        tokio::time::timeout_at(deadline, &mut self.freed)
-            .await
-            .is_ok()
+    /// Waits until the share's seats are handed to it (true) or `deadline` passes (false).
+    pub async fn until(&mut self, deadline: tokio::time::Instant) -> bool {
+        let told = tokio::time::timeout_at(deadline, &mut self.rx).await;
+        self.handed = matches!(told, Ok(Ok(())));
+        self.handed
     }
 }
 
 impl Drop for ShareWait {
     fn drop(&mut self) {
-        let mut st = self.set.lock();
-        if let Some(Some(share)) = st.shares.get_mut(self.share) {
-            share.waiters = share.waiters.saturating_sub(1);
+        if self.used {
+            return;
         }
+        let cap = self.set.cap();
+        let mut st = self.set.lock();
+        if !self.handed {
+            if let Some(Some(share)) = st.shares.get_mut(self.share) {
+                if let Some(at) = share.waiters.iter().position(|w| w.id == self.id) {
+                    share.waiters.remove(at);
+                    return;
+                }
+            }
+            // Out of the line: handed its seats after it stopped waiting, or not at all.
+            if self.rx.try_recv().is_err() {
+                return;
+            }
+        }
+        // Its seats, unused: they go to the next in line.
+        st.give_share_back(Some(self.share), self.seats, cap);
     }
 }
 
@@ -298,21 +326,28 @@ impl State {
         let share = self.shares[at].get_or_insert_with(|| Share {
             name: apiservice.into(),
             held: 0,
-            waiters: 0,
-            freed: Arc::default(),
+            waiters: VecDeque::new(),
         });
         (at, share)
     }
 
-    /// Gives `seats` of share `at` back, waking one of its waiters (a waiter that has gone
-    /// passes the wake on).
-    fn give_share_back(&mut self, at: Option<usize>, seats: usize) {
+    /// Gives `seats` of share `at` back, handing what is free of the share's `cap` to its
+    /// waiters in line while the first one's seats fit (a waiter that has gone is skipped).
+    fn give_share_back(&mut self, at: Option<usize>, seats: usize, cap: usize) {
         let Some(Some(share)) = at.and_then(|at| self.shares.get_mut(at)) else {
             return;
         };
         share.held = share.held.saturating_sub(seats);
-        if share.waiters > 0 {
-            share.freed.notify_one();
+        while let Some(next) = share.waiters.front() {
+            if share.held + next.seats > cap && share.held > 0 {
+                return;
+            }
+            let Some(next) = share.waiters.pop_front() else {
+                return;
+            };
+            if next.tx.send(()).is_ok() {
+                share.held += next.seats;
+            }
         }
     }
 }
@@ -345,6 +380,7 @@ impl QueueSet {
                 share_of: HashMap::default(),
                 shares: Vec::new(),
                 last_share: 0,
+                next_share_wait: 0,
             }),
         })
     }
@@ -370,7 +406,10 @@ impl QueueSet {
         let mut st = self.lock();
         let st = &mut *st;
         for slot in &mut st.shares {
-            if slot.as_ref().is_some_and(|s| s.held == 0 && s.waiters == 0) {
+            if slot
+                .as_ref()
+                .is_some_and(|s| s.held == 0 && s.waiters.is_empty())
+            {
                 if let Some(gone) = slot.take() {
                     st.share_of.remove(&gone.name);
                 }
@@ -401,19 +440,13 @@ impl QueueSet {
         let share = match (self.share_cap, apiservice) {
             (Some(cap), Some(name)) => {
                 let (at, share) = st.share_slot(name);
-                if share.held + seats > cap && share.held > 0 {
-                    share.waiters += 1;
-                    let mut freed = Box::pin(share.freed.clone().notified_owned());
-                    freed.as_mut().enable();
-                    let wait = ShareWait {
-                        set: self.clone(),
-                        share: at,
-                        freed,
-                    };
-                    return Err(ShareHeld { tag, wait });
+                // Behind those in line, or beyond the cap: in line.
+                if share.waiters.is_empty() && (share.held + seats <= cap || share.held == 0) {
+                    share.held += seats;
+                    Some(at)
+                } else {
+                    return Err(self.share_wait(&mut st, at, seats, tag));
                 }
-                share.held += seats;
-                Some(at)
             }
             _ => None,
         };
@@ -425,22 +458,86 @@ impl QueueSet {
             started: tag.arrived,
             tag,
         };
+        Ok(self.start_holding(st, hash, running, now))
+    }
+
+    /// Puts a request needing `seats` in share `at`'s line.
+    fn share_wait(
+        self: &Arc<Self>,
+        st: &mut State,
+        at: usize,
+        seats: usize,
+        tag: Tag,
+    ) -> ShareHeld {
+        st.next_share_wait += 1;
+        let id = st.next_share_wait;
+        let (tx, rx) = oneshot::channel();
+        if let Some(Some(share)) = st.shares.get_mut(at) {
+            share.waiters.push_back(ShareWaiter { id, seats, tx });
+        }
+        let wait = ShareWait {
+            set: self.clone(),
+            share: at,
+            id,
+            seats,
+            rx,
+            handed: false,
+            used: false,
+        };
+        ShareHeld { tag, wait }
+    }
+
+    /// Starts a request whose wait for its APIService's share ended with the share's seats
+    /// handed to it ([`ShareWait::until`] was true); the level's demand changes at `now`.
+    pub fn start_handed(
+        self: &Arc<Self>,
+        mut wait: ShareWait,
+        hash: u64,
+        tag: Tag,
+        now: Instant,
+    ) -> Start {
+        debug_assert!(wait.handed, "started without the share's seats");
+        wait.used = true;
+        let running = Running {
+            queue: None,
+            seats: wait.seats,
+            share: Some(wait.share),
+            started: now,
+            tag,
+        };
+        self.start_holding(self.lock(), hash, running, now)
+    }
+
+    /// [`QueueSet::start`] of a request that holds its share, if it has one.
+    fn start_holding(
+        self: &Arc<Self>,
+        mut st: std::sync::MutexGuard<'_, State>,
+        hash: u64,
+        running: Running,
+        now: Instant,
+    ) -> Start {
+        let (share, seats) = (running.share, running.seats);
         let (started, unwanted) = self.start_locked(&mut st, hash, running, now);
         if let Start::Rejected(_) = started {
-            st.give_share_back(share, seats);
+            st.give_share_back(share, seats, self.cap());
         }
         drop(st);
         // Seats their requests no longer wanted: given back, outside the lock.
         drop(unwanted);
         let Start::Queued { id, queue, rx } = started else {
-            return Ok(started);
+            return started;
         };
         // Through its queue, as upstream: dispatched at once when a seat was free.
         let mut rx = rx;
-        Ok(match rx.try_recv() {
+        match rx.try_recv() {
             Ok(seat) => Start::Run(seat),
             Err(_) => Start::Queued { id, queue, rx },
-        })
+        }
+    }
+
+    /// The seats one APIService's requests may hold (no cap: all).
+    fn cap(&self) -> usize {
+        self.share_cap.unwrap_or(usize::MAX)
     }
 
     /// [`QueueSet::start`] once the request holds its share; also the seats dispatched to
@@ -547,7 +644,7 @@ impl QueueSet {
             return false;
         };
         st.waiting_seats = st.waiting_seats.saturating_sub(waiter.seats);
-        st.give_share_back(waiter.share, waiter.seats);
+        st.give_share_back(waiter.share, waiter.seats, self.cap());
         st.rejected += 1;
         st.note_demand(Instant::now());
         true
@@ -815,72 +912,96 @@ mod tests {
         assert!(matches!(start(&set, 0), Start::Queued { .. }));
     }
 
-    /// A seat given back wakes one waiter of the same APIService; a waiter dropped while it
-    /// waits is no longer counted; a waiter past its deadline gets none; other APIServices'
-    /// requests run meanwhile.
+    /// A share's seats go to its waiters first come first served: a seat given back is
+    /// handed to the longest waiter, and a request arriving meanwhile waits behind it. A
+    /// waiter that gives up leaves the line; one handed a seat it does not use passes it to
+    /// the next; one past its deadline gets none, and gives back a seat handed to it before it
+    /// was dropped. Other APIServices' requests run meanwhile.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_share_given_back_goes_to_one_waiter() {
+    async fn a_shares_seats_go_to_its_waiters_in_order() {
         let set = QueueSet::new(queue_mode(8, 2, 10), 10, Some(1));
         let started = |service: &str| set.start(1, 1, tag(), Instant::now(), Some(service));
         let later = || tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        let share = |st: &State| {
+        let share = |set: &QueueSet| {
+            let st = set.lock();
             let at = st.share_of.get("a").copied().unwrap_or(usize::MAX);
             st.shares
                 .get(at)
                 .and_then(Option::as_ref)
-                .map(|s| (s.held, s.waiters))
+                .map(|s| (s.held, s.waiters.len()))
         };
-        let Ok(Start::Run(first)) = started("a") else {
-            panic!("a free share")
+        let run = |started: Start| match started {
+            Start::Run(seat) => seat,
+            _ => panic!("a free level seat runs at once"),
         };
-        let waiter = || match started("a") {
-            Err(held) => tokio::spawn(held.wait.until(later())),
+        // Waits in line; ends with whether it was handed the seats, and the wait.
+        let in_line = |started: Result<Start, ShareHeld>| match started {
+            Err(ShareHeld { mut wait, tag }) => tokio::spawn(async move {
+                let handed = wait.until(later()).await;
+                (handed, wait, tag)
+            }),
             Ok(_) => panic!("the share is held"),
         };
-        let (mut b, mut c) = (waiter(), waiter());
-        assert_eq!(share(&set.lock()), Some((1, 2)));
-        let Ok(Start::Run(other)) = started("b") else {
-            panic!("another APIService's request runs")
-        };
+        let first = run(started("a").unwrap_or_else(|_| panic!("a free share")));
+        let mut b = in_line(started("a"));
+        let c = in_line(started("a"));
+        assert_eq!(share(&set), Some((1, 2)));
+        let other = started("b").map(run);
+        assert!(other.is_ok(), "another APIService's request runs");
         drop(other);
-        // One seat, given back: one waiter is woken, the other still waits.
+
+        // The seat given back goes to b, the first in line: it stays held, for b.
         drop(first);
-        let pending = tokio::select! {
-            woken = &mut b => { assert_eq!(woken.ok(), Some(true)); c }
-            woken = &mut c => { assert_eq!(woken.ok(), Some(true)); b }
-        };
-        assert_eq!(share(&set.lock()), Some((0, 1)));
-        let Ok(Start::Run(second)) = started("a") else {
-            panic!("the woken waiter starts again and runs")
-        };
-        // The next seat, to the remaining waiter, also after a third waiter gave up.
-        let gone = waiter();
-        assert_eq!(share(&set.lock()), Some((1, 2)));
+        let (handed, wait, tag) = (&mut b).await.expect("b's wait");
+        assert!(handed, "b was handed the seat");
+        assert_eq!(share(&set), Some((1, 1)), "held for b; c still waits");
+        assert!(!c.is_finished(), "c waits behind b");
+        // A request arriving now does not overtake c.
+        let d = in_line(started("a"));
+        assert_eq!(share(&set), Some((1, 2)));
+        let second = run(set.start_handed(wait, 1, tag, Instant::now()));
+
+        // A waiter that gives up leaves the line.
+        let gone = in_line(started("a"));
+        assert_eq!(share(&set), Some((1, 3)));
         gone.abort();
         assert!(gone.await.is_err_and(|e| e.is_cancelled()));
-        assert_eq!(share(&set.lock()), Some((1, 1)), "the dropped waiter");
-        drop(second);
-        let woken = tokio::time::timeout(std::time::Duration::from_secs(5), pending).await;
         assert_eq!(
-            woken.ok().and_then(Result::ok),
-            Some(true),
-            "woken within 5 s"
+            share(&set),
+            Some((1, 2)),
+            "the dropped waiter is out of line"
         );
-        let Ok(Start::Run(third)) = started("a") else {
-            panic!("runs")
-        };
-        let Err(held) = started("a") else {
+
+        // c is handed the next seat but does not use it: it passes to d.
+        drop(second);
+        let waited = std::time::Duration::from_secs(5);
+        let c = tokio::time::timeout(waited, c).await.expect("c within 5 s");
+        let (handed, unused, _) = c.expect("c's wait");
+        assert!(handed, "c was handed the seat");
+        drop(unused);
+        let d = tokio::time::timeout(waited, d).await.expect("d within 5 s");
+        let (handed, wait, tag) = d.expect("d's wait");
+        assert!(handed, "c's unused seat went to d");
+        assert_eq!(share(&set), Some((1, 0)));
+        let third = run(set.start_handed(wait, 1, tag, Instant::now()));
+
+        // Past its deadline, a waiter gets nothing.
+        let Err(ShareHeld { mut wait, .. }) = started("a") else {
             panic!("the share is held")
         };
         let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
-        assert!(!held.wait.until(soon).await, "past its deadline");
+        assert!(!wait.until(soon).await, "past its deadline");
+        // In line until dropped: a seat given back meanwhile is handed to it, and its drop
+        // gives the seat back.
         drop(third);
-        assert_eq!(share(&set.lock()), Some((0, 0)));
-        set.prune_shares();
         assert_eq!(
-            share(&set.lock()),
-            None,
-            "forgotten once nothing holds or waits"
+            share(&set),
+            Some((1, 0)),
+            "handed to the waiter that gave up"
         );
+        drop(wait);
+        assert_eq!(share(&set), Some((0, 0)));
+        set.prune_shares();
+        assert_eq!(share(&set), None, "forgotten once nothing holds or waits");
     }
 }
