@@ -251,6 +251,10 @@ pub struct ShareWait {
 impl ShareWait {
     /// Waits until the share's seats are handed to it (true) or `deadline` passes (false).
     pub async fn until(&mut self, deadline: tokio::time::Instant) -> bool {
+        // Its answer came already: a finished channel is not waited on again.
+        if self.rx.is_terminated() {
+            return self.handed;
+        }
         let told = tokio::time::timeout_at(deadline, &mut self.rx).await;
         self.handed = matches!(told, Ok(Ok(())));
         self.handed
@@ -952,8 +956,9 @@ mod tests {
 
         // The seat given back goes to b, the first in line: it stays held, for b.
         drop(first);
-        let (handed, wait, tag) = (&mut b).await.expect("b's wait");
+        let (handed, mut wait, tag) = (&mut b).await.expect("b's wait");
         assert!(handed, "b was handed the seat");
+        assert!(wait.until(later()).await, "asked again, b still has it");
         assert_eq!(share(&set), Some((1, 1)), "held for b; c still waits");
         assert!(!c.is_finished(), "c waits behind b");
         // A request arriving now does not overtake c.
