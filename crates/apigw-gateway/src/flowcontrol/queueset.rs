@@ -127,6 +127,13 @@ struct Share {
     waiters: VecDeque<ShareWaiter>,
 }
 
+impl Share {
+    /// Whether `seats` more fit under `cap` (a request wider than the cap runs alone).
+    fn fits(&self, seats: usize, cap: usize) -> bool {
+        self.held + seats <= cap || self.held == 0
+    }
+}
+
 /// A request waiting for seats of its APIService's share.
 struct ShareWaiter {
     id: u64,
@@ -343,7 +350,7 @@ impl State {
         };
         share.held = share.held.saturating_sub(seats);
         while let Some(next) = share.waiters.front() {
-            if share.held + next.seats > cap && share.held > 0 {
+            if !share.fits(next.seats, cap) {
                 return;
             }
             let Some(next) = share.waiters.pop_front() else {
@@ -445,7 +452,7 @@ impl QueueSet {
             (Some(cap), Some(name)) => {
                 let (at, share) = st.share_slot(name);
                 // Behind those in line, or beyond the cap: in line.
-                if share.waiters.is_empty() && (share.held + seats <= cap || share.held == 0) {
+                if share.waiters.is_empty() && share.fits(seats, cap) {
                     share.held += seats;
                     Some(at)
                 } else {
