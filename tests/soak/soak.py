@@ -3,8 +3,10 @@
 the client-go load generator (tests/upstream/cmd/soak) for the minutes asked, and meanwhile
 churns: an APIService manifest added or removed every second, the backend restarted every
 30 s (down 2 s, by SIGTERM and SIGKILL in turn), the serving and proxy client certificates
-rotated every minute. It scrapes apigw's /metrics every second into series.csv, then hands what
-it recorded to verdict.py and exits 1 on any failure, keeping the work directory.
+rotated every minute. It scrapes apigw's /metrics every second into series.csv; when the load
+has ended it removes the churned APIServices, stops the addon and scrapes until apigw is back
+to idle; then it hands what it recorded to verdict.py and exits 1 on any failure, keeping the
+work directory.
 
     tests/soak/soak.py MINUTES      (scripts/soak MINUTES)
 
@@ -200,6 +202,11 @@ class Churn:
         self.toggles = 0
         write_atomically(dir / "stable.json", manifest("v1", "interop.example.com", *ADDON_HOST, ca_bundle))
 
+    def settle(self):
+        """Removes every churned APIService: the registry is back to what it was at the start."""
+        for path in self.dir.glob("churn-*.json"):
+            path.unlink()
+
     def toggle(self):
         i = self.rng.randrange(len(self.SLOTS))
         path = self.dir / f"churn-{i}.json"
@@ -271,21 +278,36 @@ def soak(minutes: int, work: Path) -> int:
         time.sleep(IDLE_AFTER)
         idle_after = gateway.scrape()
         record["final"] = idle_after
+        churn.settle()
+        addon.stop()
+        record["drained"] = drain(gateway, idle_before)
         if gateway.proc.poll() is not None:
             raise Failure(f"apigw exited ({gateway.proc.returncode}); see {gateway.log}")
         gateway.proc.send_signal(signal.SIGTERM)
         code = gateway.proc.wait(timeout=60)
-        addon.stop()
         idle = "  idle before / after the load: " + ", ".join(
             f"{name} {idle_before[name] / scale:.1f} / {idle_after[name] / scale:.1f}"
             for name, _, scale in SERIES)
-        return judge(record, seconds, gateway, certs, work, code, idle)
+        return judge(record, seconds, gateway, certs, work, code, idle, idle_before)
     finally:
         for proc in (load, gateway.proc, addon.proc):
             if proc and proc.poll() is None:
                 proc.kill()
                 proc.wait()
         blackhole.close()
+
+
+def drain(gateway, before) -> tuple:
+    """Scrapes apigw every second until the series of verdict.BY_RETURN are back to their
+    counts before the load, for at most verdict.DRAIN_WITHIN seconds; returns the last scrape
+    and the seconds it took."""
+    start = time.time()
+    while True:
+        values = gateway.scrape()
+        waited = time.time() - start
+        if waited >= verdict.DRAIN_WITHIN or all(values[n] <= before[n] for n in verdict.BY_RETURN):
+            return values, waited
+        time.sleep(1)
 
 
 def churn_run(seconds, gateway, addon, certs, churn, work) -> dict:
@@ -331,7 +353,7 @@ def churn_run(seconds, gateway, addon, certs, churn, work) -> dict:
             "toggles": churn.toggles}
 
 
-def judge(record, seconds, gateway, certs, work, exit_code, idle) -> int:
+def judge(record, seconds, gateway, certs, work, exit_code, idle, before) -> int:
     summary = json.loads((work / "load.json").read_text())
     events = [json.loads(line) for line in (work / "events.jsonl").read_text().splitlines()]
     final = record["final"]
@@ -350,12 +372,13 @@ def judge(record, seconds, gateway, certs, work, exit_code, idle) -> int:
     reports = [verdict.load_kinds(summary),
                verdict.explained_errors(events, record["restarts"]),
                verdict.churn(seen),
-               verdict.flatness(record["samples"], seconds, RESTART_EVERY, SERIES)]
+               verdict.flatness(record["samples"], seconds, RESTART_EVERY, SERIES),
+               ([idle], []),
+               verdict.back_to_idle(before, *record["drained"])]
     failures = []
     for lines, failed in reports:
         print("\n".join(lines))
         failures += failed
-    print(idle)
     panics = gateway.log_lines("panicked")
     if panics:
         failures.append(f"apigw logged {panics} panics (grep panicked {gateway.log})")
