@@ -276,8 +276,8 @@ def soak(minutes: int, work: Path) -> int:
         if load.returncode != 0:
             raise Failure(f"the load generator failed ({load.returncode}); see {work}/load.log")
         time.sleep(IDLE_AFTER)
-        idle_after = gateway.scrape()
-        record["final"] = idle_after
+        record["before"] = idle_before
+        record["final"] = gateway.scrape()
         churn.settle()
         addon.stop()
         record["drained"] = drain(gateway, idle_before)
@@ -285,10 +285,7 @@ def soak(minutes: int, work: Path) -> int:
             raise Failure(f"apigw exited ({gateway.proc.returncode}); see {gateway.log}")
         gateway.proc.send_signal(signal.SIGTERM)
         code = gateway.proc.wait(timeout=60)
-        idle = "  idle before / after the load: " + ", ".join(
-            f"{name} {idle_before[name] / scale:.1f} / {idle_after[name] / scale:.1f}"
-            for name, _, scale in SERIES)
-        return judge(record, seconds, gateway, certs, work, code, idle, idle_before)
+        return judge(record, seconds, gateway, certs, work, code)
     finally:
         for proc in (load, gateway.proc, addon.proc):
             if proc and proc.poll() is None:
@@ -353,7 +350,7 @@ def churn_run(seconds, gateway, addon, certs, churn, work) -> dict:
             "toggles": churn.toggles}
 
 
-def judge(record, seconds, gateway, certs, work, exit_code, idle, before) -> int:
+def judge(record, seconds, gateway, certs, work, exit_code) -> int:
     summary = json.loads((work / "load.json").read_text())
     events = [json.loads(line) for line in (work / "events.jsonl").read_text().splitlines()]
     final = record["final"]
@@ -373,8 +370,7 @@ def judge(record, seconds, gateway, certs, work, exit_code, idle, before) -> int
                verdict.explained_errors(events, record["restarts"]),
                verdict.churn(seen),
                verdict.flatness(record["samples"], seconds, RESTART_EVERY, SERIES),
-               ([idle], []),
-               verdict.back_to_idle(before, *record["drained"])]
+               verdict.back_to_idle(record["before"], final, *record["drained"], SERIES)]
     failures = []
     for lines, failed in reports:
         print("\n".join(lines))

@@ -90,12 +90,15 @@ def flatness(samples, seconds: int, cycle: int, metrics):
     return lines, failures
 
 
-def back_to_idle(before, drained, seconds):
-    """before: a scrape of apigw idle before the load; drained: the last scrape after the load,
-    the churn and the backend were gone, taken `seconds` after they were. Fails a series of
-    BY_RETURN still above its count before."""
+def back_to_idle(before, after, drained, seconds, metrics):
+    """before: a scrape of apigw idle before the load; after: one once the load ended;
+    drained: the last scrape after the load, the churn and the backend were gone, taken
+    `seconds` after they were. Reports the metrics in all three; fails a series of BY_RETURN
+    still above its count before."""
     text = ", ".join(f"{name} {before[name]:.0f} -> {drained[name]:.0f}" for name in BY_RETURN)
-    lines = [f"back to idle with the load, the churn and the backend gone, after {seconds:.0f} s: {text}"]
+    lines = ["  idle before / after the load: " + ", ".join(
+                 f"{name} {before[name] / scale:.1f} / {after[name] / scale:.1f}" for name, _, scale in metrics),
+             f"back to idle with the load, the churn and the backend gone, after {seconds:.0f} s: {text}"]
     failures = [f"{name} stayed at {drained[name]:.0f} for {DRAIN_WITHIN} s after the load, the churn "
                 f"and the backend were gone, above its {before[name]:.0f} before the load: something leaked"
                 for name in BY_RETURN if drained[name] > before[name]]
