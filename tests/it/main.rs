@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_gateway;
 mod connections;
 mod deadlines;
+mod differential;
 mod discovery;
 mod doctor;
 mod faults;

@@ -150,6 +150,17 @@ impl ControlPlane {
         args
     }
 
+    /// apigw's flags to authenticate and authorize as kube-apiserver does, and so as
+    /// kube-aggregator's door does: anonymous requests on (kube-apiserver's default) and every
+    /// decision asked of kube-apiserver by SubjectAccessReview (`apigw-authorization.yaml`).
+    pub fn kube_authorization(&self) -> Vec<String> {
+        vec![
+            "--anonymous-auth=true".into(),
+            "--authorization-config".into(),
+            self.arg("apigw-authorization.yaml"),
+        ]
+    }
+
     /// apigw's flags in cluster mode against this control plane, as `admin`.
     pub fn cluster_mode(&self) -> Vec<String> {
         let mut args = self.front_door();

@@ -36,23 +36,28 @@ fn ptr(v: &Option<Arc<Value>>) -> usize {
 }
 
 impl VersionCache {
-    /// The version entry of `m`, or None while its backend has never answered.
-    pub fn version(&self, m: &Member<'_>) -> Option<Arc<str>> {
-        let state = m.state?;
-        if state.resources.is_none() && state.aggregated.is_none() {
-            return None;
-        }
-        let (res, agg) = (ptr(&state.resources), ptr(&state.aggregated));
-        let fresh = state.condition.available;
+    /// The version entry of `m`. A backend that has never answered (or not been checked yet)
+    /// still has one, `Stale` with no resources, as kube-aggregator lists it: clients see that
+    /// the group version exists and is broken.
+    pub fn version(&self, m: &Member<'_>) -> Arc<str> {
+        let key = m.state.map_or((0, 0, false), |state| {
+            let (res, agg) = (ptr(&state.resources), ptr(&state.aggregated));
+            (res, agg, state.condition.available)
+        });
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((r, a, f, text)) = entries.get(&m.svc.name) {
-            if (*r, *a, *f) == (res, agg, fresh) {
-                return Some(text.clone());
+            if (*r, *a, *f) == key {
+                return text.clone();
             }
         }
-        let text: Arc<str> = version_entry(m.svc, state).to_string().into();
+        let (res, agg, fresh) = key;
+        let entry = match m.state {
+            Some(state) => version_entry(m.svc, state),
+            None => json!({"version": m.svc.version, "freshness": "Stale"}),
+        };
+        let text: Arc<str> = entry.to_string().into();
         entries.insert(m.svc.name.clone(), (res, agg, fresh, text.clone()));
-        Some(text)
+        text
     }
 
     /// Forgets APIServices that are gone.
@@ -126,10 +131,10 @@ pub fn items_json(services: &[Member<'_>], cache: &VersionCache) -> Vec<String> 
     ordered.sort_by(|(a, am), (b, bm)| top(bm).cmp(&top(am)).then_with(|| a.cmp(b)));
     let out = ordered
         .into_iter()
-        .filter_map(|(name, mut members)| {
+        .map(|(name, mut members)| {
             members.sort_by(|a, b| version_order(a.svc, b.svc));
-            let versions: Vec<Arc<str>> = members.iter().filter_map(|m| cache.version(m)).collect();
-            (!versions.is_empty()).then(|| group_json(name, &versions))
+            let versions: Vec<Arc<str>> = members.iter().map(|m| cache.version(m)).collect();
+            group_json(name, &versions)
         })
         .collect();
     cache.retain(services.iter().map(|m| m.svc.name.as_str()));
@@ -290,8 +295,13 @@ mod tests {
             .iter()
             .map(|g| g["metadata"]["name"].as_str().unwrap())
             .collect();
-        // c has never answered: no versions, so it is left out until it does.
-        assert_eq!(names, ["a.example.com", "b.example.com"]);
+        // c has never answered: listed all the same, Stale and without resources, as
+        // kube-aggregator lists it.
+        assert_eq!(names, ["a.example.com", "c.example.com", "b.example.com"]);
+        assert_eq!(
+            got[1]["versions"],
+            json!([{"version": "v1", "freshness": "Stale"}])
+        );
         assert_eq!(got[0]["versions"][0]["version"], "v2");
         assert_eq!(got[0]["versions"][0]["freshness"], "Stale");
         assert_eq!(got[0]["versions"][1]["freshness"], "Current");

@@ -222,17 +222,13 @@ impl RenderCache {
         for (name, _, members) in &ordered {
             let versions: Vec<Arc<str>> = members
                 .iter()
-                .filter_map(|&i| {
+                .map(|&i| {
                     self.versions.version(&Member {
                         svc: entries[i].svc,
                         state: entries[i].state,
                     })
                 })
                 .collect();
-            if versions.is_empty() {
-                cache.remove(*name);
-                continue;
-            }
             let hit = cache.get(*name).filter(|g| {
                 g.versions.len() == versions.len()
                     && g.versions

@@ -181,6 +181,14 @@ impl Router<'_> {
                     return Route::OpenApiBackend(svc.clone());
                 }
             }
+            // The group's own document, from the backend whose index the merged one lists it
+            // from (the first of the group's APIServices by name).
+            ["openapi", "v3", "apis", group] => {
+                let first = self.snapshot.iter().find(|s| s.group == *group && s.service.is_some());
+                if let Some(svc) = first {
+                    return Route::OpenApiBackend(svc.clone());
+                }
+            }
             _ => {}
         }
         match self.delegate {
@@ -365,6 +373,11 @@ mod tests {
                     &format!("openapi-backend {WARDLE}"),
                 ),
                 ("/openapi/v3/apis/apps/v1", "not-found"),
+                (
+                    "/openapi/v3/apis/wardle.example.com",
+                    &format!("openapi-backend {WARDLE}"),
+                ),
+                ("/openapi/v3/apis/apps", "not-found"),
                 ("/", "not-found"),
                 ("/healthz/x", "not-found"),
             ],

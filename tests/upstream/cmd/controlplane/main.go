@@ -6,7 +6,9 @@
 // modules; this program only wires them together.
 //
 // It writes into -dir: the PKI (see makePKI), admin.kubeconfig, apiservices/wardle.yaml (the
-// APIServices for sample-apiserver, for a gateway's --apiservice-dir), logs/*.log, and
+// APIServices for sample-apiserver, for a gateway's --apiservice-dir), apigw-authorization.yaml
+// (an AuthorizationConfiguration that asks kube-apiserver, for a gateway that must decide as
+// kube-aggregator's door does), logs/*.log, and
 // state.json, which it also prints as one line on stdout once every server is ready. It stops
 // its servers on SIGINT or SIGTERM, when stdin closes (with -exit-on-eof), or when one of them
 // exits, in which case it prints that server's log tail and exits 1.
@@ -221,6 +223,9 @@ func run(o options) error {
 	if err := writeAPIServices(f("apiservices/wardle.yaml"), f("wardle-ca.crt"), st.SamplePort); err != nil {
 		return err
 	}
+	if err := writeGatewayAuthorization(dir, st.APIServer); err != nil {
+		return err
+	}
 	if o.register {
 		if err := register(admin, st, f("apiservices/wardle.yaml")); err != nil {
 			return err
@@ -323,6 +328,34 @@ contexts:
 current-context: %s
 `, server, filepath.Join(dir, "ca.crt"), user, filepath.Join(dir, user+".crt"), filepath.Join(dir, user+".key"), user, user, user)
 	return os.WriteFile(path, []byte(text), 0o600)
+}
+
+// writeGatewayAuthorization writes apigw-authorization.yaml, an AuthorizationConfiguration
+// whose one authorizer is kube-apiserver's SubjectAccessReview API (reached as admin through
+// apigw-authorization.kubeconfig), with kube-apiserver's webhook defaults: a gateway given it
+// decides every request as kube-apiserver, and so kube-aggregator's door, decides it.
+func writeGatewayAuthorization(dir, apiserver string) error {
+	kubeconfig := filepath.Join(dir, "apigw-authorization.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, apiserver+"/apis/authorization.k8s.io/v1/subjectaccessreviews", dir, "admin"); err != nil {
+		return err
+	}
+	config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AuthorizationConfiguration
+authorizers:
+- type: Webhook
+  name: kube-apiserver
+  webhook:
+    timeout: 30s
+    subjectAccessReviewVersion: v1
+    matchConditionSubjectAccessReviewVersion: v1
+    failurePolicy: NoOpinion
+    authorizedTTL: 5m
+    unauthorizedTTL: 30s
+    connectionInfo:
+      type: KubeConfigFile
+      kubeConfigFile: %s
+`, kubeconfig)
+	return os.WriteFile(filepath.Join(dir, "apigw-authorization.yaml"), []byte(config), 0o644)
 }
 
 // The APIServices of sample-apiserver's two versions, as upstream's artifacts declare v1alpha1

@@ -1,8 +1,9 @@
 //! OpenAPI served by the gateway: `/openapi/v2`, the merged Swagger 2.0 spec of the delegate
-//! (`--delegate-url`, first, as upstream merges its local specs first) and every backend, and
-//! `/openapi/v3`, the index of per group-version documents (`apis/<group>/<version>`) whose
-//! documents are proxied from the APIService's backend (the delegate's entries from the
-//! delegate). Specs are fetched as the gateway
+//! (`--delegate-url`, first, as upstream merges its local specs first) and every APIService's
+//! part of its backend's spec ([`v2`]), and `/openapi/v3`, the index of per group-version
+//! documents (`apis/<group>/<version>` and the group's `apis/<group>`) whose documents are
+//! proxied from the APIService's backend (the delegate's entries from the delegate). Specs are
+//! fetched as the gateway
 //! itself, once per distinct backend, on registry and availability changes and every minute;
 //! a backend that cannot answer keeps its last good spec.
 
@@ -16,6 +17,8 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+pub mod v2;
 
 const REFRESH: Duration = Duration::from_secs(60);
 /// The key of the delegate's specs among the backends' (backend keys are `https://` URLs).
@@ -164,13 +167,17 @@ impl OpenApi {
         let delegate_v2 = delegate
             .and_then(|f| f.v2.as_ref())
             .map(|(v, _)| v.as_ref());
-        let v2 = merge_v2(
-            delegate_v2.into_iter().chain(
-                order
-                    .iter()
-                    .filter_map(|(_, f)| f.v2.as_ref().map(|(v, _)| v.as_ref())),
-            ),
-        );
+        let mut by_priority: Vec<&ApiService> = order.iter().map(|(s, _)| *s).collect();
+        v2::sort_by_priority(&mut by_priority);
+        let spec_of: HashMap<&str, &Fetched> = order.iter().map(|(s, f)| (s.name.as_str(), *f)).collect();
+        let own: Vec<Value> = by_priority
+            .iter()
+            .filter_map(|s| {
+                let (spec, _) = spec_of.get(s.name.as_str())?.v2.as_ref()?;
+                Some(v2::own_paths(spec, &s.group, &s.version))
+            })
+            .collect();
+        let v2 = merge_v2(delegate_v2.into_iter().chain(own.iter()));
         let v3 = merge_v3_index(
             order
                 .iter()
@@ -223,48 +230,42 @@ async fn fetch(
     }
 }
 
-/// The union of Swagger 2.0 specs: paths, definitions and parameters; the first spec to
-/// define a name keeps it.
+/// The merged Swagger 2.0 document of `specs` (the delegate's first, then each APIService's
+/// own part, in [`v2::sort_by_priority`] order); the gateway's own skeleton when there are none.
 pub fn merge_v2<'a>(specs: impl Iterator<Item = &'a Value>) -> Value {
-    let (mut paths, mut definitions, mut parameters) = (Map::new(), Map::new(), Map::new());
-    for spec in specs {
-        for (target, key) in [
-            (&mut paths, "paths"),
-            (&mut definitions, "definitions"),
-            (&mut parameters, "parameters"),
-        ] {
-            if let Some(entries) = spec[key].as_object() {
-                for (k, v) in entries {
-                    target.entry(k.clone()).or_insert_with(|| v.clone());
-                }
-            }
-        }
-    }
-    json!({
+    let base = json!({
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": concat!("apigw-", env!("CARGO_PKG_VERSION"))},
-        "paths": paths,
-        "definitions": definitions,
-        "parameters": parameters,
         "securityDefinitions": {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header",
             "description": "Bearer Token authentication"}},
         "security": [{"BearerToken": []}],
-    })
+    });
+    v2::merge(base, specs)
 }
 
-/// The v3 index: for each APIService, its own `apis/<group>/<version>` entry from its
-/// backend's index; then every entry of the delegate's index no APIService claimed (their
-/// URLs lead back to the gateway, which forwards them to the delegate).
+/// The v3 index: for each APIService, its own `apis/<group>/<version>` entry and its group's
+/// `apis/<group>` entry from its backend's index (kube-aggregator lists every entry of a
+/// backend's index; these are the ones the gateway routes to that backend); then every entry of
+/// the delegate's index not already listed (their URLs lead back to the gateway, which forwards
+/// them to the delegate).
 pub fn merge_v3_index<'a>(
     indexes: impl Iterator<Item = (&'a ApiService, &'a Value)>,
     delegate: Option<&Value>,
 ) -> Value {
     let mut paths = Map::new();
+    let mut groups = Vec::new();
     for (svc, index) in indexes {
         let key = format!("apis/{}/{}", svc.group, svc.version);
         if let Some(entry) = index["paths"].get(&key) {
             paths.entry(key).or_insert_with(|| entry.clone());
         }
+        let group = format!("apis/{}", svc.group);
+        if let Some(entry) = index["paths"].get(&group) {
+            groups.push((group, entry.clone()));
+        }
+    }
+    for (group, entry) in groups {
+        paths.entry(group).or_insert(entry);
     }
     if let Some(entries) = delegate.and_then(|d| d["paths"].as_object()) {
         for (key, entry) in entries {
@@ -279,13 +280,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn v2_merge_keeps_the_first_definition() {
-        let a = json!({"paths": {"/apis/a/v1/x": {"get": {}}}, "definitions": {"A": {"type": "object"}, "Shared": {"description": "from a"}}});
-        let b = json!({"paths": {"/apis/b/v1/y": {}}, "definitions": {"Shared": {"description": "from b"}}});
-        let m = merge_v2([&a, &b].into_iter());
-        assert_eq!(m["swagger"], "2.0");
-        assert_eq!(m["paths"].as_object().unwrap().len(), 2);
-        assert_eq!(m["definitions"]["Shared"]["description"], "from a");
+    fn v2_is_the_gateways_skeleton_until_a_spec_is_merged() {
+        let empty = merge_v2(std::iter::empty());
+        assert_eq!(empty["swagger"], "2.0");
+        assert_eq!(empty["paths"], json!({}));
+        let delegate = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.36.3"},
+                              "paths": {"/api/": {}}});
+        let m = merge_v2([&delegate].into_iter());
+        assert_eq!(m["info"]["version"], "v1.36.3");
+        assert!(m.get("securityDefinitions").is_none());
     }
 
     #[test]
