@@ -232,6 +232,21 @@ impl Authorizer {
     /// The chain's decision on `a` for `id`: `system:masters` first, then each authorizer in
     /// order until one allows or denies.
     pub async fn decide(&self, id: &Identity, a: &Attributes) -> ChainDecision {
+        self.decide_with(id, a, true).await
+    }
+
+    /// [`Self::decide`] for one of impersonation's checks: `AlwaysAllow` has no opinion on
+    /// them (a gateway left open must not let anyone become anyone; see [`impersonation`]).
+    pub async fn decide_impersonation(&self, id: &Identity, a: &Attributes) -> ChainDecision {
+        self.decide_with(id, a, false).await
+    }
+
+    async fn decide_with(
+        &self,
+        id: &Identity,
+        a: &Attributes,
+        always_allow: bool,
+    ) -> ChainDecision {
         let mut out = ChainDecision {
             verdict: Verdict::NoOpinion,
             reason: String::new(),
@@ -245,7 +260,12 @@ impl Authorizer {
         let mut reasons = Vec::new();
         for link in chain.iter() {
             let (verdict, reason, error) = match link {
-                Link::AlwaysAllow => (Verdict::Allow, String::new(), None),
+                Link::AlwaysAllow if always_allow => (Verdict::Allow, String::new(), None),
+                Link::AlwaysAllow => (
+                    Verdict::NoOpinion,
+                    "AlwaysAllow grants no impersonation".into(),
+                    None,
+                ),
                 Link::AlwaysDeny => (Verdict::NoOpinion, EVERYTHING_FORBIDDEN.into(), None),
                 Link::Rbac if self.policy.load().allows(id, a) => {
                     (Verdict::Allow, String::new(), None)
@@ -285,23 +305,24 @@ impl Authorizer {
         headers: &HeaderMap,
         a: &Attributes,
     ) -> Result<Admitted, Refused> {
-        let (identity, real) = self.impersonate(real, headers)?;
+        let (identity, real) = self.impersonate(real, headers, a).await?;
         self.authorize_as(identity, real, a).await
     }
 
     /// Applies impersonation to the authenticated identity `real`: the identity the request
     /// acts as, and the real one when it differs.
-    pub fn impersonate(
+    pub async fn impersonate(
         &self,
         real: Identity,
         headers: &HeaderMap,
+        a: &Attributes,
     ) -> Result<(Identity, Option<Identity>), Refused> {
         // Without Impersonate-* headers (nearly always) the real identity is used as it is,
         // neither cloned nor compared.
         if !impersonation::requested(headers) {
             return Ok((real, None));
         }
-        let identity = match impersonation::apply(self, real.clone(), headers) {
+        let identity = match Box::pin(impersonation::apply(self, real.clone(), headers, a)).await {
             Ok(identity) => identity,
             Err(status) => return Err(Refused::of(real, status)),
         };
@@ -365,23 +386,12 @@ impl Authorizer {
         })
     }
 
-    /// True when some grant of impersonation is possible for `id`: RBAC is on, or `id` is in
-    /// `system:masters`.
-    pub fn may_grant_impersonation(&self, id: &Identity) -> bool {
-        is_master(id) || self.rbac()
-    }
-
-    /// True when `id` may impersonate what `a` names: by `system:masters` or an RBAC rule.
-    pub fn grants_impersonation(&self, id: &Identity, a: &Attributes) -> bool {
-        is_master(id) || (self.rbac() && self.policy.load().allows(id, a))
-    }
-
     /// Allows `a` for `id`, or refuses it with kube-apiserver's message.
     pub fn authorize(&self, id: &Identity, a: &Attributes) -> Result<(), Status> {
         if self.allows(id, a) {
             Ok(())
         } else {
-            Err(Status::forbidden(forbidden_message(id, a)))
+            Err(forbidden(id, a, ""))
         }
     }
 }
@@ -418,11 +428,30 @@ pub fn refusal(id: &Identity, a: &Attributes, decision: ChainDecision) -> Option
             "Internal error occurred: {errors}"
         )));
     }
+    Some(forbidden(id, a, &decision.reason))
+}
+
+/// kube's 403 for `a` refused to `id`: its message (with the authorizers' `reason`, when they
+/// gave one) and the details kube's authorization filter gives (the resource's group, the
+/// resource as `kind`, the name; none of them for a non-resource path).
+pub fn forbidden(id: &Identity, a: &Attributes, reason: &str) -> Status {
     let mut message = forbidden_message(id, a);
-    if !decision.reason.is_empty() {
-        message = format!("{message}: {}", decision.reason);
+    if !reason.is_empty() {
+        message = format!("{message}: {reason}");
     }
-    Some(Status::forbidden(message))
+    let mut details = serde_json::Map::new();
+    if a.resource_request {
+        for (key, value) in [
+            ("name", &a.name),
+            ("group", &a.group),
+            ("kind", &a.resource),
+        ] {
+            if !value.is_empty() {
+                details.insert(key.into(), value.as_str().into());
+            }
+        }
+    }
+    Status::forbidden(message).with_details(serde_json::Value::Object(details))
 }
 
 fn is_master(id: &Identity) -> bool {

@@ -1,4 +1,4 @@
-//! Aggregated discovery (`apidiscovery.k8s.io/v2`, and `v2beta1` for older clients): the
+//! Aggregated discovery (`apidiscovery.k8s.io/v2`): the
 //! resources of every group version in one `APIGroupDiscoveryList`. Each APIService contributes
 //! its version entry from the backend's own aggregated discovery when the backend serves one
 //! (resources as the backend says them), else the APIResourceList its backend last served,
@@ -84,7 +84,7 @@ fn version_entry(svc: &ApiService, state: &State) -> Value {
             Value::Array(r) => Value::Array(r.clone()),
             _ => Value::Array(Vec::new()),
         },
-        (None, Some(list)) => Value::Array(resources(list, &svc.group, &svc.version)),
+        (None, Some(list)) => Value::Array(resources(list)),
         (None, None) => Value::Array(Vec::new()),
     };
     let freshness = if fresh { "Current" } else { "Stale" };
@@ -102,9 +102,14 @@ pub fn group_json(name: &str, versions: &[Arc<str>]) -> String {
     let quoted = Value::from(name).to_string();
     let len: usize = versions.iter().map(|v| v.len() + 1).sum();
     let mut out = String::with_capacity(len + quoted.len() + 64);
-    out.push_str(r#"{"metadata":{"name":"#);
-    out.push_str(&quoted);
-    out.push_str(r#"},"versions":["#);
+    // The core group has no name, and upstream writes none.
+    if name.is_empty() {
+        out.push_str(r#"{"metadata":{},"versions":["#);
+    } else {
+        out.push_str(r#"{"metadata":{"name":"#);
+        out.push_str(&quoted);
+        out.push_str(r#"},"versions":["#);
+    }
     for (i, v) in versions.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -149,59 +154,78 @@ pub fn items(services: &[Member<'_>]) -> Vec<Value> {
         .collect()
 }
 
-/// Converts a legacy APIResourceList into aggregated resources with nested subresources.
-pub fn resources(list: &Value, group: &str, version: &str) -> Vec<Value> {
+/// Converts a legacy APIResourceList into aggregated resources with nested subresources, as
+/// kube-aggregator converts a backend's: the response kind's group and version are the
+/// APIResource's own (usually empty), a subresource without a kind has an empty response kind,
+/// and a subresource whose parent is not listed gets an empty parent.
+pub fn resources(list: &Value) -> Vec<Value> {
     let empty = Vec::new();
     let all = list["resources"].as_array().unwrap_or(&empty);
     let kind_of = |r: &Value| {
-        json!({
-            "group": r["group"].as_str().unwrap_or(group),
-            "version": r["version"].as_str().unwrap_or(version),
-            "kind": r["kind"].as_str().unwrap_or_default(),
+        let s = |k: &str| r[k].as_str().unwrap_or_default();
+        json!({"group": s("group"), "version": s("version"), "kind": s("kind")})
+    };
+    let scope = |r: &Value| {
+        json!(if r["namespaced"].as_bool() == Some(true) {
+            "Namespaced"
+        } else {
+            "Cluster"
         })
     };
-    let mut out: Vec<Value> = Vec::new();
-    for r in all
-        .iter()
-        .filter(|r| r["name"].as_str().is_some_and(|n| !n.contains('/')))
-    {
+    let mut out: Vec<Map<String, Value>> = Vec::new();
+    let mut parents: HashMap<String, usize> = HashMap::new();
+    for r in all {
+        let Some(name) = r["name"].as_str().filter(|n| !n.contains('/')) else {
+            continue;
+        };
         let mut res = Map::new();
-        res.insert("resource".into(), r["name"].clone());
+        res.insert("resource".into(), json!(name));
         res.insert("responseKind".into(), kind_of(r));
-        res.insert(
-            "scope".into(),
-            json!(if r["namespaced"].as_bool() == Some(true) {
-                "Namespaced"
-            } else {
-                "Cluster"
-            }),
-        );
+        res.insert("scope".into(), scope(r));
         res.insert(
             "singularResource".into(),
             json!(r["singularName"].as_str().unwrap_or_default()),
         );
         res.insert("verbs".into(), r["verbs"].clone());
-        for (from, to) in [("shortNames", "shortNames"), ("categories", "categories")] {
-            if r[from].as_array().is_some_and(|a| !a.is_empty()) {
-                res.insert(to.into(), r[from].clone());
+        for key in ["shortNames", "categories"] {
+            if r[key].as_array().is_some_and(|a| !a.is_empty()) {
+                res.insert(key.into(), r[key].clone());
             }
         }
-        let parent = r["name"].as_str().unwrap_or_default();
-        let subs: Vec<Value> = all
-            .iter()
-            .filter_map(|s| {
-                let (p, sub) = s["name"].as_str()?.split_once('/')?;
-                (p == parent).then(
-                    || json!({"subresource": sub, "responseKind": kind_of(s), "verbs": s["verbs"]}),
-                )
-            })
-            .collect();
-        if !subs.is_empty() {
-            res.insert("subresources".into(), Value::Array(subs));
-        }
-        out.push(Value::Object(res));
+        parents.insert(name.to_string(), out.len());
+        out.push(res);
     }
-    out
+    for r in all {
+        let Some((parent, sub)) = r["name"].as_str().and_then(|n| n.split_once('/')) else {
+            continue;
+        };
+        let at = *parents.entry(parent.to_string()).or_insert_with(|| {
+            let mut res = Map::new();
+            res.insert("resource".into(), json!(parent));
+            res.insert(
+                "responseKind".into(),
+                json!({"group": "", "version": "", "kind": ""}),
+            );
+            res.insert("scope".into(), scope(r));
+            res.insert("singularResource".into(), json!(""));
+            res.insert("verbs".into(), Value::Null);
+            out.push(res);
+            out.len() - 1
+        });
+        let kind = if r["kind"].as_str().is_some_and(|k| !k.is_empty()) {
+            kind_of(r)
+        } else {
+            json!({"group": "", "version": "", "kind": ""})
+        };
+        let entry = json!({"subresource": sub, "responseKind": kind, "verbs": r["verbs"]});
+        match out[at].get_mut("subresources") {
+            Some(Value::Array(subs)) => subs.push(entry),
+            _ => {
+                out[at].insert("subresources".into(), Value::Array(vec![entry]));
+            }
+        }
+    }
+    out.into_iter().map(Value::Object).collect()
 }
 
 /// The `apiregistration.k8s.io` entry the gateway serves itself.
@@ -209,7 +233,7 @@ pub fn apiregistration_item() -> Value {
     let list = crate::apiservices::resource_list();
     json!({
         "metadata": {"name": crate::apiservices::GROUP},
-        "versions": [{"version": "v1", "resources": resources(&list, crate::apiservices::GROUP, "v1"), "freshness": "Current"}]
+        "versions": [{"version": "v1", "resources": resources(&list), "freshness": "Current"}]
     })
 }
 
@@ -249,14 +273,15 @@ mod tests {
 
     #[test]
     fn converts_resources_with_subresources() {
-        let r = resources(state(true).resources.unwrap().as_ref(), "g", "v1");
+        let r = resources(state(true).resources.unwrap().as_ref());
         assert_eq!(r.len(), 2);
         assert_eq!(r[0]["resource"], "flunders");
         assert_eq!(r[0]["scope"], "Namespaced");
         assert_eq!(r[0]["shortNames"], json!(["fl"]));
+        // The APIResource's own group and version, empty in a legacy list, as upstream converts.
         assert_eq!(
             r[0]["responseKind"],
-            json!({"group": "g", "version": "v1", "kind": "Flunder"})
+            json!({"group": "", "version": "", "kind": "Flunder"})
         );
         assert_eq!(r[0]["subresources"][0]["subresource"], "status");
         assert_eq!(r[1]["scope"], "Cluster");

@@ -107,8 +107,8 @@ pub struct Known {
     pub generation: u64,
     /// One synthetic `Local` APIService per group version of the delegate's `/apis`.
     pub versions: Vec<Builtin>,
-    /// `/api`: legacy, v2, v2beta1; None until the delegate answered it.
-    pub api: Option<Arc<[Doc; 3]>>,
+    /// `/api`: legacy, v2; None until the delegate answered it.
+    pub api: Option<Arc<[Doc; 2]>>,
 }
 
 /// The delegate's discovery, refreshed in the background.
@@ -389,7 +389,7 @@ async fn api_docs<F, Fut>(
     agg: &Arc<Answer>,
     old: &Known,
     core: F,
-) -> Option<Arc<[Doc; 3]>>
+) -> Option<Arc<[Doc; 2]>>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Arc<Answer>, FetchError>>,
@@ -411,7 +411,7 @@ where
             Ok(answer) => match answer.as_ref() {
                 Answer::Legacy(list) if list["kind"] == "APIResourceList" => {
                     let entry = json!({"version": "v1", "freshness": "Current",
-                                       "resources": aggregated::resources(list, "", "v1")});
+                                       "resources": aggregated::resources(list)});
                     vec![Arc::from(entry.to_string())]
                 }
                 _ => Vec::new(),
@@ -421,8 +421,7 @@ where
     };
     let core = (!entries.is_empty()).then(|| aggregated::group_json("", &entries));
     let items: Vec<&str> = core.as_deref().into_iter().collect();
-    let [v2, v2beta1] = super::aggregated_docs(&items);
-    let docs = [Doc::new(versions, JSON), v2, v2beta1];
+    let docs = [Doc::new(versions, JSON), super::aggregated_doc(&items)];
     // Unchanged answers keep the same Arc, so the cache key does not move.
     match &old.api {
         Some(prev) if prev.iter().zip(&docs).all(|(a, b)| a.etag == b.etag) => Some(prev.clone()),

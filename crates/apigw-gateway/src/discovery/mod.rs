@@ -34,8 +34,6 @@ pub struct Doc {
 
 pub(crate) const JSON: &str = "application/json";
 pub(crate) const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-pub(crate) const V2BETA1: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 impl Doc {
     pub fn new(value: &Value, content_type: &'static str) -> Self {
@@ -73,48 +71,23 @@ fn etag_of(digest: ring::digest::Digest) -> HeaderValue {
     HeaderValue::from_bytes(&out).unwrap_or(HeaderValue::from_static("\"\""))
 }
 
-/// The aggregated list around already rendered `items` (joined with commas here), as v2 and
-/// v2beta1. `apiVersion` is the last member, so both documents share every byte up to its
-/// version suffix and one SHA-512 pass over the common part serves both ETags.
-pub fn aggregated_docs(items: &[&str]) -> [Doc; 2] {
+/// The aggregated list (`apidiscovery.k8s.io/v2`) around already rendered `items`, joined
+/// with commas here. kube-apiserver 1.36 no longer serves `v2beta1`, and neither does the
+/// gateway: a client that asks only for it gets 406, as there.
+pub fn aggregated_doc(items: &[&str]) -> Doc {
     const HEAD: &str = r#"{"kind":"APIGroupDiscoveryList","metadata":{},"items":["#;
-    const API_VERSION: &str = r#"],"apiVersion":"apidiscovery.k8s.io/v2"#;
+    const TAIL: &str = r#"],"apiVersion":"apidiscovery.k8s.io/v2"}"#;
     let len: usize = items.iter().map(|i| i.len() + 1).sum();
-    let mut common = Vec::with_capacity(HEAD.len() + len + API_VERSION.len() + 8);
-    common.extend_from_slice(HEAD.as_bytes());
+    let mut text = String::with_capacity(HEAD.len() + len + TAIL.len() + 1);
+    text.push_str(HEAD);
     for (n, item) in items.iter().enumerate() {
         if n > 0 {
-            common.push(b',');
+            text.push(',');
         }
-        common.extend_from_slice(item.as_bytes());
+        text.push_str(item);
     }
-    common.extend_from_slice(API_VERSION.as_bytes());
-    let mut hash = ring::digest::Context::new(&ring::digest::SHA512);
-    hash.update(&common);
-    let mut beta_hash = hash.clone();
-    let mut beta = Vec::with_capacity(common.len() + 7);
-    beta.extend_from_slice(&common);
-    for (bytes, hash, tail) in [
-        (&mut common, &mut hash, &b"\"}"[..]),
-        (&mut beta, &mut beta_hash, &b"beta1\"}"[..]),
-    ] {
-        bytes.extend_from_slice(tail);
-        hash.update(tail);
-        // After the hash, as in `Doc::from_text`.
-        bytes.push(b'\n');
-    }
-    [
-        Doc {
-            bytes: Bytes::from(common),
-            etag: etag_of(hash.finish()),
-            content_type: V2,
-        },
-        Doc {
-            bytes: Bytes::from(beta),
-            etag: etag_of(beta_hash.finish()),
-            content_type: V2BETA1,
-        },
-    ]
+    text.push_str(TAIL);
+    Doc::from_text(text, V2)
 }
 
 /// The documents of one (registry, availability, delegate) state, rendered by
@@ -122,10 +95,10 @@ pub fn aggregated_docs(items: &[&str]) -> [Doc; 2] {
 #[derive(Debug)]
 pub struct Documents {
     key: (u64, u64, u64),
-    /// `/apis`: legacy, v2, v2beta1.
-    pub apis: [Doc; 3],
-    /// `/api` without a delegate: legacy, v2, v2beta1.
-    pub api: Arc<[Doc; 3]>,
+    /// `/apis`: legacy, v2.
+    pub apis: [Doc; 2],
+    /// `/api` without a delegate: legacy, v2.
+    pub api: Arc<[Doc; 2]>,
     /// `/apis/<group>` by group name.
     pub groups: Arc<HashMap<String, Doc>>,
 }
@@ -189,7 +162,7 @@ fn with_delegate_resources(builtin: &[Builtin], delegate: &[Builtin]) -> Vec<Bui
                 aggregated: None,
             };
             if let Some(entry) = theirs.state.aggregated.as_deref() {
-                let mine = aggregated::resources(list, &own.svc.group, &own.svc.version);
+                let mine = aggregated::resources(list);
                 let mut entry = entry.clone();
                 entry["resources"] =
                     Value::Array(merge(array(&entry, "resources"), mine, "resource"));
@@ -275,7 +248,6 @@ impl Cache {
 pub enum Form {
     Legacy = 0,
     V2 = 1,
-    V2Beta1 = 2,
 }
 
 /// Honours the `Accept` list in order, as kube-apiserver does; None when nothing offered is
@@ -301,7 +273,6 @@ pub fn negotiate(headers: &HeaderMap, aggregated: bool) -> Option<Form> {
             {
                 match meta::range_param(range, "v") {
                     Some("v2") => return Some(Form::V2),
-                    Some("v2beta1") => return Some(Form::V2Beta1),
                     _ => continue,
                 }
             }
@@ -323,7 +294,7 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Result<Response<Body>, Statu
     }
     let Some(form) = negotiate(req.headers(), forms.len() > 1) else {
         let offered = if forms.len() > 1 {
-            format!("{JSON}, {V2}, {V2BETA1}")
+            format!("{JSON}, {V2}")
         } else {
             JSON.to_string()
         };
@@ -473,26 +444,28 @@ mod tests {
         assert!(etag[1..129]
             .chars()
             .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
-        // The shared-prefix digests are those of the JSON served, as upstream's ETag is of the
-        // JSON without the newline its serializer ends the body with.
+        // Each digest is that of the JSON served, as upstream's ETag is of the JSON without the
+        // newline its serializer ends the body with.
         for doc in &docs.apis {
             let json = doc.bytes.strip_suffix(b"\n").expect("a newline at the end");
             assert_eq!(doc.etag, super::etag(json));
             assert!(serde_json::from_slice::<Value>(&doc.bytes).is_ok());
         }
-        let beta: Value = serde_json::from_slice(&docs.apis[2].bytes).unwrap();
-        assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
     }
 
     #[test]
     fn negotiation_honours_the_accept_list_in_order() {
-        use Form::{Legacy, V2Beta1};
+        use Form::Legacy;
+        const V2BETA1: &str =
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
         assert_eq!(negotiate(&HeaderMap::new(), true), Some(Legacy));
         assert_eq!(negotiate(&headers(V2), true), Some(Form::V2));
+        // v2beta1 is passed over, as kube-apiserver 1.36 passes it over.
         assert_eq!(
             negotiate(&headers(&format!("{V2BETA1},{V2}")), true),
-            Some(V2Beta1)
+            Some(Form::V2)
         );
+        assert_eq!(negotiate(&headers(V2BETA1), true), None);
         assert_eq!(
             negotiate(
                 &headers(&format!(

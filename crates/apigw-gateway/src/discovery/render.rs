@@ -26,7 +26,7 @@ pub struct RenderCache {
     /// The `/apis/<group>` documents of the last render, reused while no group changed.
     group_docs: Mutex<Option<Arc<HashMap<String, Doc>>>>,
     /// `/api` without a delegate: always the same.
-    api: OnceLock<Arc<[Doc; 3]>>,
+    api: OnceLock<Arc<[Doc; 2]>>,
 }
 
 /// A group's legacy entry, for the versions (in order) it was rendered from.
@@ -122,10 +122,10 @@ impl RenderCache {
         let parts: Vec<&str> = std::iter::once(own)
             .chain(items.iter().map(|t| &**t))
             .collect();
-        let [v2, v2beta1] = super::aggregated_docs(&parts);
+        let v2 = super::aggregated_doc(&parts);
         Documents {
             key,
-            apis: [legacy, v2, v2beta1],
+            apis: [legacy, v2],
             api: self.api().clone(),
             groups: group_docs,
         }
@@ -134,12 +134,12 @@ impl RenderCache {
     /// `/api` without a delegate: the core group's `v1`, with no resources (see
     /// [`core_v1`]); the legacy form's server address is the one of [`api_versions`] with
     /// none known.
-    fn api(&self) -> &Arc<[Doc; 3]> {
+    fn api(&self) -> &Arc<[Doc; 2]> {
         self.api.get_or_init(|| {
             let core = json!({"version": "v1", "freshness": "Current", "resources": []});
             let group = aggregated::group_json("", &[Arc::from(core.to_string())]);
-            let [v2, v2beta1] = super::aggregated_docs(&[&group]);
-            Arc::new([Doc::new(&api_versions(""), JSON), v2, v2beta1])
+            let v2 = super::aggregated_doc(&[&group]);
+            Arc::new([Doc::new(&api_versions(""), JSON), v2])
         })
     }
 

@@ -198,7 +198,9 @@ impl Gateway {
                 .authn
                 .authenticate(req.headers(), req.uri().path(), peer)
                 .await?;
-            self.authz.impersonate(real, req.headers())
+            self.authz
+                .impersonate(real, req.headers(), &info.attrs)
+                .await
         };
         let (identity, real) = match admitted.await {
             Ok(both) => both,

@@ -44,7 +44,8 @@ pub fn builtin_groups() -> Vec<(Arc<ApiService>, Value)> {
         .map(Arc::new)
         .ok()
     };
-    let resource = |name: &str, kind: &str| json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]});
+    // As kube-apiserver lists them: the singular name is the kind in lower case.
+    let resource = |name: &str, kind: &str| json!({"name": name, "singularName": kind.to_ascii_lowercase(), "namespaced": false, "kind": kind, "verbs": ["create"]});
     let list = |group: &str| {
         let resources: Vec<Value> = OWN
             .iter()
@@ -135,7 +136,15 @@ where
         .and_then(|r| r.iter().find(|r| r["name"] == resource))
         .and_then(|r| r["kind"].as_str())
         .unwrap_or_default();
-    let mut out = json!({"kind": kind, "apiVersion": format!("{group}/v1"), "metadata": {"creationTimestamp": null}, "status": status});
+    // As kube-apiserver answers: a SelfSubjectReview is stamped with the time it was made; an
+    // access review's metadata holds only the managedFields kube's registry records (left out
+    // here: bookkeeping of the client's field manager, not part of the answer).
+    let metadata = if resource == "selfsubjectreviews" {
+        json!({"creationTimestamp": apigw_core::meta::timestamp(std::time::SystemTime::now())})
+    } else {
+        json!({})
+    };
+    let mut out = json!({"kind": kind, "apiVersion": format!("{group}/v1"), "metadata": metadata, "status": status});
     if !spec.is_null() {
         out["spec"] = spec;
     }
@@ -186,10 +195,10 @@ async fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
     };
     // The authorizers' own answer, as kube-apiserver's SelfSubjectAccessReview gives it.
     let decision = authz.decide(id, &a).await;
-    let mut status = json!({
-        "allowed": decision.verdict == crate::authz::Verdict::Allow,
-        "reason": decision.reason,
-    });
+    let mut status = json!({"allowed": decision.verdict == crate::authz::Verdict::Allow});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
     if decision.verdict == crate::authz::Verdict::Deny {
         status["denied"] = json!(true);
     }

@@ -69,10 +69,10 @@ pub enum Route {
 /// The documents of a [`Route::Discovery`].
 #[derive(Debug, Clone)]
 pub enum Discovery {
-    /// `/apis`: legacy, v2, v2beta1.
+    /// `/apis`: legacy, v2.
     Apis(Arc<Documents>),
-    /// `/api` as the delegate answered it: legacy, v2, v2beta1.
-    DelegateApi(Arc<[Doc; 3]>),
+    /// `/api` as the delegate answered it: legacy, v2.
+    DelegateApi(Arc<[Doc; 2]>),
     /// `/apis/<group>`.
     Group(Doc),
 }
@@ -184,7 +184,10 @@ impl Router<'_> {
             // The group's own document, from the backend whose index the merged one lists it
             // from (the first of the group's APIServices by name).
             ["openapi", "v3", "apis", group] => {
-                let first = self.snapshot.iter().find(|s| s.group == *group && s.service.is_some());
+                let first = self
+                    .snapshot
+                    .iter()
+                    .find(|s| s.group == *group && s.service.is_some());
                 if let Some(svc) = first {
                     return Route::OpenApiBackend(svc.clone());
                 }
@@ -255,7 +258,7 @@ mod tests {
                 Known {
                     generation: 1,
                     versions: vec![apps],
-                    api: Some(Arc::new([doc.clone(), doc.clone(), doc])),
+                    api: Some(Arc::new([doc.clone(), doc])),
                 }
             });
             Self {

@@ -16,8 +16,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// How many differing places one row reports.
-const maxDiffs = 12
+// How many differing places one row collects, and prints.
+const (
+	maxDiffs = 200
+	maxShown = 12
+)
 
 // compare returns what differs between a and b for row r, normalized; none when they agree.
 func compare(r Row, a, b Answer) []string {
@@ -50,10 +53,18 @@ func compare(r Row, a, b Answer) []string {
 			out = append(out, diff(va, vb, "", nil)...)
 		}
 	}
-	if len(out) > maxDiffs {
-		out = append(out[:maxDiffs], fmt.Sprintf("... and %d more", len(out)-maxDiffs))
-	}
 	return out
+}
+
+// show prints the differences of a row, at most maxShown of them.
+func show(diffs []string) {
+	for i, d := range diffs {
+		if i == maxShown {
+			fmt.Printf("              ... and %d more\n", len(diffs)-maxShown)
+			return
+		}
+		fmt.Printf("              %s\n", d)
+	}
 }
 
 func errText(e error) string {
@@ -134,13 +145,17 @@ func decode(a Answer) (any, error) {
 			return nil, fmt.Errorf("protobuf as JSON: %w", err)
 		}
 		return decode(Answer{Type: "application/json", Body: j})
+	case base == "text/plain" && json.Valid(a.Body):
+		// Go's http.ServeContent names a JSON document text/plain by sniffing it; the media
+		// type is compared apart, the document as what it is.
+		return decode(Answer{Type: "application/json", Body: a.Body})
 	default:
 		return string(a.Body), nil
 	}
 }
 
 var (
-	uuid   = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	uuid   = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	digits = regexp.MustCompile(`[0-9]{4,}`)
 )
 
@@ -169,8 +184,14 @@ func normalize(v any, key string) any {
 		case key == "creationTimestamp" || key == "time" || key == "lastTransitionTime" || key == "deletionTimestamp":
 			return "<time>"
 		case uuid.MatchString(t):
-			return "<uid>"
-		case key == "message" || key == "reason" || key == "serverRelativeURL":
+			return uuid.ReplaceAllString(t, "<uid>")
+		case key == "serverRelativeURL":
+			// The hash is of the document's bytes, which carry each server's own details.
+			if i := strings.Index(t, "?hash="); i >= 0 {
+				return t[:i] + "?hash=<hash>"
+			}
+			return t
+		case key == "message" || key == "reason":
 			return digits.ReplaceAllString(t, "<n>")
 		}
 		return t

@@ -62,6 +62,42 @@ func main() {
 			continue
 		}
 		diffs := compare(row, answers[0][i], answers[1][i])
+		if len(row.At) > 0 {
+			// Only the places listed may differ, and each must.
+			var unexpected []string
+			found := map[string]bool{}
+			for _, d := range diffs {
+				if row.expected(d) {
+					for _, at := range row.At {
+						if place, _, _ := strings.Cut(d, ": "); covers(at, place) {
+							found[at] = true
+						}
+					}
+				} else {
+					unexpected = append(unexpected, d)
+				}
+			}
+			var gone []string
+			for _, at := range row.At {
+				if !found[at] {
+					gone = append(gone, at)
+				}
+			}
+			switch {
+			case len(unexpected) > 0:
+				failed++
+				fmt.Printf("DIFFERENT   %s (beyond its deliberate places)\n", row.Name)
+				show(unexpected)
+			case len(gone) > 0:
+				failed++
+				fmt.Printf("FIXED       %s: no longer differs at %v; drop them from the row\n", row.Name, gone)
+			default:
+				deliberate++
+				fmt.Printf("deliberate  %s: %s\n", row.Name, row.Deliberate)
+				show(diffs)
+			}
+			continue
+		}
 		switch {
 		case len(diffs) == 0 && row.Deliberate == "":
 			same++
@@ -72,15 +108,11 @@ func main() {
 		case row.Deliberate != "":
 			deliberate++
 			fmt.Printf("deliberate  %s: %s\n", row.Name, row.Deliberate)
-			for _, d := range diffs {
-				fmt.Printf("              %s\n", d)
-			}
+			show(diffs)
 		default:
 			failed++
 			fmt.Printf("DIFFERENT   %s\n", row.Name)
-			for _, d := range diffs {
-				fmt.Printf("              %s\n", d)
-			}
+			show(diffs)
 		}
 	}
 	fmt.Printf("differential: %d rows: %d same, %d deliberate, %d failed\n", same+deliberate+failed, same, deliberate, failed)

@@ -44,6 +44,41 @@ type Row struct {
 	Capture map[string]string `json:"capture"`
 	// Deliberate, when set, is why the doors answer differently; the row must then differ.
 	Deliberate string `json:"deliberate"`
+	// At narrows a deliberate difference to these places: JSON pointers into the body (`*`
+	// for any key or index; a place covers what is under it), `status` or `Content-Type`.
+	// Everything else must still agree, and each place listed must still differ.
+	At []string `json:"at"`
+}
+
+// expected tells whether the difference d (as compare words it) lies at one of r.At.
+func (r Row) expected(d string) bool {
+	place, _, _ := strings.Cut(d, ": ")
+	for _, at := range r.At {
+		if covers(at, place) {
+			return true
+		}
+	}
+	return false
+}
+
+// covers reports whether the place pattern at (segments, "*" for any) is place or above it.
+func covers(at, place string) bool {
+	if at == place {
+		return true
+	}
+	if !strings.HasPrefix(at, "/") || !strings.HasPrefix(place, "/") {
+		return false
+	}
+	want, got := strings.Split(at, "/"), strings.Split(place, "/")
+	if len(want) > len(got) {
+		return false
+	}
+	for i, w := range want {
+		if w != "*" && w != got[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func readTable(path string) (*Table, error) {
@@ -69,6 +104,9 @@ func readTable(path string) (*Table, error) {
 			if c != "status" && c != "type" && c != "body" {
 				return nil, fmt.Errorf("%s: rows[%d] (%s): compare %q is not status, type or body", path, i, r.Name, c)
 			}
+		}
+		if len(r.At) > 0 && r.Deliberate == "" {
+			return nil, fmt.Errorf("%s: rows[%d] (%s): at without deliberate", path, i, r.Name)
 		}
 		seen[r.Name] = true
 	}

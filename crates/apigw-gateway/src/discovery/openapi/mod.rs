@@ -169,7 +169,8 @@ impl OpenApi {
             .map(|(v, _)| v.as_ref());
         let mut by_priority: Vec<&ApiService> = order.iter().map(|(s, _)| *s).collect();
         v2::sort_by_priority(&mut by_priority);
-        let spec_of: HashMap<&str, &Fetched> = order.iter().map(|(s, f)| (s.name.as_str(), *f)).collect();
+        let spec_of: HashMap<&str, &Fetched> =
+            order.iter().map(|(s, f)| (s.name.as_str(), *f)).collect();
         let own: Vec<Value> = by_priority
             .iter()
             .filter_map(|s| {

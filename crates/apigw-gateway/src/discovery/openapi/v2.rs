@@ -21,7 +21,9 @@ const GVK: &str = "x-kubernetes-group-version-kind";
 pub fn sort_by_priority(services: &mut [&ApiService]) {
     let mut group: HashMap<&str, i64> = HashMap::new();
     for s in services.iter() {
-        let top = group.entry(s.group.as_str()).or_insert(s.group_priority_minimum);
+        let top = group
+            .entry(s.group.as_str())
+            .or_insert(s.group_priority_minimum);
         *top = (*top).max(s.group_priority_minimum);
     }
     let priority = |s: &ApiService| group.get(s.group.as_str()).copied().unwrap_or(0);
@@ -135,7 +137,11 @@ fn merge_one(dest: &mut Value, source: &Value) {
         source.clone()
     };
     for (section, prefix, equal) in [
-        ("definitions", DEFINITIONS, equal_but_gvks as fn(&Value, &Value) -> bool),
+        (
+            "definitions",
+            DEFINITIONS,
+            equal_but_gvks as fn(&Value, &Value) -> bool,
+        ),
         ("parameters", PARAMETERS, |a: &Value, b: &Value| a == b),
     ] {
         let renames = conflicts(&dest[section], &source[section], equal);
@@ -338,7 +344,10 @@ mod tests {
         let m = merge(json!({}), [&first, &second].into_iter());
         assert_eq!(m["info"]["version"], "v1.36.3");
         // /a was taken: the first spec's stays.
-        assert_eq!(m["paths"]["/a"], json!({"get": {"$ref": "#/definitions/T"}}));
+        assert_eq!(
+            m["paths"]["/a"],
+            json!({"get": {"$ref": "#/definitions/T"}})
+        );
         assert_eq!(m["paths"]["/b"]["get"]["$ref"], "#/definitions/T_v2");
         assert_eq!(m["definitions"]["T_v2"], json!({"type": "string"}));
         assert_eq!(
@@ -360,7 +369,12 @@ mod tests {
         let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
-            ["v1.b.example.com", "v2.b.example.com", "v1.a.example.com", "v1.c.example.com"]
+            [
+                "v1.b.example.com",
+                "v2.b.example.com",
+                "v1.a.example.com",
+                "v1.c.example.com"
+            ]
         );
     }
 }
