@@ -115,6 +115,9 @@ pub fn check(flags: &Flags) -> ExitCode {
     for what in &not_checked {
         println!("not checked: {what}");
     }
+    if cfg.authz.left_to_backends() {
+        println!("note: {}", apigw_gateway::authz::LEFT_TO_BACKENDS);
+    }
     if failed {
         ExitCode::FAILURE
     } else if serving {

@@ -105,6 +105,12 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
         gateway: own_certs::check(cfg),
         apiservices: Vec::new(),
     };
+    if cfg.authz.left_to_backends() {
+        report.gateway.push(Step::ok(
+            "authorization",
+            apigw_gateway::authz::LEFT_TO_BACKENDS,
+        ));
+    }
     // Trust from the backends' end, when their settings are known.
     let expectation = match &opts.trust_file {
         Some(file) => Some(trust::Expectation::from_file(file)),

@@ -253,6 +253,39 @@ async fn kubectl_auth_whoami_and_can_i_ask_the_gateway() {
     assert!(alice.contains("carol"), "{alice}");
 }
 
+/// Under `AlwaysAllow` the backends decide, so the gateway does not answer `can-i` on their
+/// behalf: no opinion, and why (it used to say `yes` to requests the backends then refused).
+#[tokio::test(flavor = "multi_thread")]
+async fn can_i_under_always_allow_says_the_backends_decide() {
+    let w = World::new();
+    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let cfg = w.config(&[(&echo, echo.addr)]);
+    assert!(cfg.authz.left_to_backends());
+    let gw = w.gateway(cfg).await;
+    let s = Setup { w, gw, echo };
+    let (ok, out) = kubectl(
+        &s,
+        "bob",
+        &["auth", "can-i", "list", "things.a.example.com", "-n", "x"],
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.starts_with("no") && out.contains(apigw_gateway::authz::LEFT_TO_BACKENDS),
+        "{out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_request_leaves_an_audit_event_and_the_policy_can_silence_some() {
     let w = World::new();

@@ -232,20 +232,29 @@ impl Authorizer {
     /// The chain's decision on `a` for `id`: `system:masters` first, then each authorizer in
     /// order until one allows or denies.
     pub async fn decide(&self, id: &Identity, a: &Attributes) -> ChainDecision {
-        self.decide_with(id, a, true).await
+        self.decide_with(id, a, None).await
     }
 
     /// [`Self::decide`] for one of impersonation's checks: `AlwaysAllow` has no opinion on
     /// them (a gateway left open must not let anyone become anyone; see [`impersonation`]).
     pub async fn decide_impersonation(&self, id: &Identity, a: &Attributes) -> ChainDecision {
-        self.decide_with(id, a, false).await
+        self.decide_with(id, a, Some("AlwaysAllow grants no impersonation"))
+            .await
     }
 
+    /// [`Self::decide`] for a SelfSubjectAccessReview: where `AlwaysAllow` leaves the decision
+    /// to the backends, the gateway does not answer it on their behalf (no opinion, and why).
+    pub async fn decide_review(&self, id: &Identity, a: &Attributes) -> ChainDecision {
+        self.decide_with(id, a, Some(LEFT_TO_BACKENDS)).await
+    }
+
+    /// `always_allow`: None when `AlwaysAllow` allows, else the reason it gives for having no
+    /// opinion.
     async fn decide_with(
         &self,
         id: &Identity,
         a: &Attributes,
-        always_allow: bool,
+        always_allow: Option<&'static str>,
     ) -> ChainDecision {
         let mut out = ChainDecision {
             verdict: Verdict::NoOpinion,
@@ -260,12 +269,10 @@ impl Authorizer {
         let mut reasons = Vec::new();
         for link in chain.iter() {
             let (verdict, reason, error) = match link {
-                Link::AlwaysAllow if always_allow => (Verdict::Allow, String::new(), None),
-                Link::AlwaysAllow => (
-                    Verdict::NoOpinion,
-                    "AlwaysAllow grants no impersonation".into(),
-                    None,
-                ),
+                Link::AlwaysAllow => match always_allow {
+                    None => (Verdict::Allow, String::new(), None),
+                    Some(why) => (Verdict::NoOpinion, why.into(), None),
+                },
                 Link::AlwaysDeny => (Verdict::NoOpinion, EVERYTHING_FORBIDDEN.into(), None),
                 Link::Rbac if self.policy.load().allows(id, a) => {
                     (Verdict::Allow, String::new(), None)
@@ -453,6 +460,10 @@ pub fn forbidden(id: &Identity, a: &Attributes, reason: &str) -> Status {
     }
     Status::forbidden(message).with_details(serde_json::Value::Object(details))
 }
+
+/// Why a gateway whose chain starts with `AlwaysAllow` has no opinion of its own.
+pub const LEFT_TO_BACKENDS: &str = "authorization is left to the backends: apigw allows every \
+     request (AlwaysAllow) and each backend decides";
 
 fn is_master(id: &Identity) -> bool {
     id.groups.iter().any(|g| g == "system:masters")

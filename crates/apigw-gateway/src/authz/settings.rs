@@ -59,6 +59,12 @@ impl AuthzSettings {
         )
     }
 
+    /// True when the first authorizer is `AlwaysAllow`: the gateway's door lets every request
+    /// through and the backends alone decide (`apigw check` and `doctor` say so).
+    pub fn left_to_backends(&self) -> bool {
+        matches!(self.links.first(), Some(LinkSettings::AlwaysAllow))
+    }
+
     /// True when RBAC is one of the authorizers.
     pub fn rbac(&self) -> bool {
         self.links.iter().any(|l| matches!(l, LinkSettings::Rbac))

@@ -194,7 +194,7 @@ async fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
         }
     };
     // The authorizers' own answer, as kube-apiserver's SelfSubjectAccessReview gives it.
-    let decision = authz.decide(id, &a).await;
+    let decision = authz.decide_review(id, &a).await;
     let mut status = json!({"allowed": decision.verdict == crate::authz::Verdict::Allow});
     if !decision.reason.is_empty() {
         status["reason"] = json!(decision.reason);
