@@ -1114,6 +1114,178 @@ fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() 
     }
 }
 
+/// 47.6: the chart in cluster mode, applied to kube-apiserver, and apigw run with a token of the
+/// chart's ServiceAccount and nothing else (never an admin identity), as the chart runs it
+/// (`authorization: Webhook`, `POD_NAMESPACE` the release's): it lists the APIServices and
+/// Services, takes the cluster's FlowSchemas (one created with kubectl moves a request), holds
+/// the Lease in its namespace and writes APIService status, reviews tokens and access by the
+/// cluster, and the cluster refuses it nothing.
+#[test]
+fn cluster_mode_with_exactly_the_charts_rbac() {
+    let cp = ControlPlane::start(&[]);
+    let helm = helm();
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw");
+    let (release, ns) = ("gw", "gw-system");
+    cp.kubectl(&["create", "namespace", ns]).ok();
+    let rendered = support::tool::run(
+        &helm,
+        &[
+            "template",
+            release,
+            &chart.display().to_string(),
+            "-f",
+            &chart.join("ci/cluster-values.yaml").display().to_string(),
+            "--namespace",
+            ns,
+        ],
+        None,
+    )
+    .ok();
+    cp.kubectl_in(&["apply", "-f", "-"], &rendered).ok();
+    let modes: Vec<&str> = rendered
+        .lines()
+        .skip_while(|l| l.trim() != "authorizationMode:")
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with("- "))
+        .map(|l| l.trim_start().trim_start_matches("- "))
+        .collect();
+    assert_eq!(
+        modes,
+        ["Webhook"],
+        "the chart's authorization in cluster mode"
+    );
+    let token = cp
+        .kubectl(&["create", "token", &format!("{release}-apigw"), "-n", ns])
+        .ok();
+    let kubeconfig = cp.token_kubeconfig(token.trim(), "chart-sa.kubeconfig");
+    let mut args = cp.cluster_mode_with(&kubeconfig);
+    args.extend(
+        [
+            "--authorization-mode",
+            "Webhook",
+            "--availability-check-interval",
+            "5s",
+        ]
+        .map(String::from),
+    );
+    let gw = Apigw::start_with_env(
+        &cp,
+        &args,
+        &[("POD_NAME", "gw-apigw-0"), ("POD_NAMESPACE", ns)],
+    );
+    gw.await_available(&cp, &WARDLE);
+
+    // The Lease in the release's namespace, held by this replica, and the status it writes.
+    let holder = || {
+        let lease = cp.kubectl(&[
+            "get",
+            "lease",
+            "apigw",
+            "-n",
+            ns,
+            "-o",
+            "json",
+            "--ignore-not-found",
+        ]);
+        serde_json::from_str::<Value>(&lease.ok()).unwrap_or(Value::Null)["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        wait_for(30, || holder().starts_with("gw-apigw-0_")),
+        "no Lease held in {ns}; apigw's log:\n{}",
+        gw.logged()
+    );
+
+    // Access reviewed by the cluster: bob refused with kube's words, alice's group granted.
+    let flunders = format!(
+        "{}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders",
+        gw.url
+    );
+    let refused = curl(&cp, "bob", &[&flunders]).text();
+    assert!(
+        refused.contains(r#"User \"bob\" cannot list resource \"flunders\""#),
+        "{refused}"
+    );
+    // A token reviewed by the cluster.
+    cp.kubectl(&["create", "serviceaccount", "robot", "-n", "default"])
+        .ok();
+    let robot = cp
+        .kubectl(&["create", "token", "robot", "-n", "default"])
+        .ok();
+    let whoami = support::tool::run(
+        std::path::Path::new("curl"),
+        &[
+            "-sS",
+            "--fail-with-body",
+            "--cacert",
+            &cp.arg("ca.crt"),
+            "-H",
+            &format!("Authorization: Bearer {}", robot.trim()),
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+            &format!(
+                "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                gw.url
+            ),
+        ],
+        None,
+    )
+    .json();
+    assert_eq!(
+        whoami["status"]["userInfo"]["username"], "system:serviceaccount:default:robot",
+        "{whoami}"
+    );
+
+    // The cluster's FlowSchemas in force: one made with kubectl moves alice's request.
+    let path = "/api/v1/namespaces/default/configmaps";
+    let kube = cp.state.apiserver.clone();
+    let before = pf_uids(&cp, &kube, "alice", path);
+    assert!(
+        wait_for(30, || pf_uids(&cp, &gw.url, "alice", path) == before),
+        "apigw does not classify as the cluster: {:?} vs {before:?}",
+        pf_uids(&cp, &gw.url, "alice", path)
+    );
+    cp.kubectl_in(
+        &["apply", "-f", "-"],
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: alice-first}\n\
+         spec:\n  priorityLevelConfiguration: {name: workload-low}\n  matchingPrecedence: 50\n\
+         \x20 distinguisherMethod: {type: ByUser}\n  rules:\n\
+         \x20 - subjects: [{kind: User, user: {name: alice}}]\n\
+         \x20   resourceRules: [{verbs: [\"*\"], apiGroups: [\"*\"], resources: [\"*\"], namespaces: [\"*\"], clusterScope: true}]\n",
+    )
+    .ok();
+    let uid = cp
+        .kubectl(&[
+            "get",
+            "flowschema",
+            "alice-first",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .ok();
+    assert!(
+        wait_for(30, || pf_uids(&cp, &gw.url, "alice", path).0 == uid.trim()),
+        "the FlowSchema made with kubectl is not in force at apigw: {:?}",
+        pf_uids(&cp, &gw.url, "alice", path)
+    );
+
+    // Nothing refused by the cluster: no 403 from kube-apiserver in apigw's log.
+    let log = gw.logged();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains("apigw::access") && (l.contains("403") || l.contains("orbidden")))
+        .collect();
+    assert!(
+        refusals.is_empty(),
+        "the cluster refused apigw:\n{}",
+        refusals.join("\n")
+    );
+}
+
 /// The elements of a JSON array (none when `v` is not one).
 fn each(v: &Value) -> impl Iterator<Item = &Value> {
     v.as_array().into_iter().flatten()

@@ -58,6 +58,17 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{/* True ("true") when the gateway watches the cluster instead of a manifest directory. */}}
+{{/* The authorizers in order: authorization.modes, or by default the cluster's
+SubjectAccessReview API in cluster mode (decisions as kube-apiserver's) and AlwaysAllow
+otherwise (the backends decide). */}}
+{{- define "apigw.authorizationModes" -}}
+{{- $modes := .Values.authorization.modes }}
+{{- if not $modes }}
+{{- $modes = ternary (list "Webhook") (list "AlwaysAllow") (eq (include "apigw.clusterMode" .) "true") }}
+{{- end }}
+{{- toJson $modes }}
+{{- end }}
+
 {{- define "apigw.clusterMode" -}}
 {{- if eq .Values.apiservices.source "cluster" }}true{{ end }}
 {{- end }}

@@ -163,9 +163,26 @@ impl ControlPlane {
 
     /// apigw's flags in cluster mode against this control plane, as `admin`.
     pub fn cluster_mode(&self) -> Vec<String> {
+        self.cluster_mode_with(&self.path("admin.kubeconfig"))
+    }
+
+    /// apigw's flags in cluster mode against this control plane with `kubeconfig`.
+    pub fn cluster_mode_with(&self, kubeconfig: &Path) -> Vec<String> {
         let mut args = self.front_door();
-        args.extend(["--kubeconfig".into(), self.arg("admin.kubeconfig")]);
+        args.extend(["--kubeconfig".into(), kubeconfig.display().to_string()]);
         args
+    }
+
+    /// A kubeconfig at kube-apiserver for a bearer `token` (a ServiceAccount's).
+    pub fn token_kubeconfig(&self, token: &str, file: &str) -> PathBuf {
+        let path = self.path(file);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: u\n  context: {{cluster: c, user: u}}\ncurrent-context: u\n",
+            server = self.state.apiserver,
+            ca = self.arg("ca.crt"),
+        );
+        std::fs::write(&path, text).expect("writing a kubeconfig");
+        path
     }
 
     fn front_door(&self) -> Vec<String> {
@@ -216,6 +233,11 @@ impl Apigw {
 
     /// [`Apigw::start`] with `POD_NAME` set: the replica's Lease identity in cluster mode.
     pub fn start_as(cp: &ControlPlane, args: &[String], pod: &str) -> Self {
+        Self::start_with_env(cp, args, &[("POD_NAME", pod)])
+    }
+
+    /// [`Apigw::start`] with these environment variables (`POD_NAME`, `POD_NAMESPACE`...).
+    pub fn start_with_env(cp: &ControlPlane, args: &[String], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let log = cp.path(&format!("apigw-{port}.log"));
         let file = std::fs::File::create(&log).expect("apigw's log file");
@@ -225,7 +247,7 @@ impl Apigw {
             .arg(port.to_string())
             .args(args)
             .env("RUST_LOG", "info")
-            .env("POD_NAME", pod)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err)

@@ -45,14 +45,19 @@ impl ApiServiceSource {
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut synced = false;
+            let mut errors =
+                super::refusals::WatchErrors::new("apiregistration.k8s.io", "apiservices");
             let mut reported = HashMap::new();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(Event::InitDone) => synced = true,
+                    Ok(Event::InitDone) => {
+                        synced = true;
+                        errors.recovered();
+                    }
                     Ok(Event::Apply(_) | Event::Delete(_)) if synced => {}
                     Ok(_) => continue,
                     Err(e) => {
-                        tracing::warn!(error = %e, "watching APIServices; retrying");
+                        errors.report(&e);
                         continue;
                     }
                 }

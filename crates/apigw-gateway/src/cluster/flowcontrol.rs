@@ -41,13 +41,17 @@ pub fn spawn(client: kube::Client, flow: Arc<Flow>) {
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut synced = false;
+            let mut errors = super::refusals::WatchErrors::new(GROUP, plural);
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(Event::InitDone) => synced = true,
+                    Ok(Event::InitDone) => {
+                        synced = true;
+                        errors.recovered();
+                    }
                     Ok(Event::Apply(_) | Event::Delete(_)) if synced => {}
                     Ok(_) => continue,
                     Err(e) => {
-                        tracing::warn!(kind, error = %e, "watching flow-control objects; retrying");
+                        errors.report(&e);
                         continue;
                     }
                 }

@@ -10,11 +10,13 @@
 //! - [`lease`]: leader election with a `coordination.k8s.io/v1` Lease.
 //! - [`status`]: availability conditions written back to APIService status by the leader.
 //! - [`cache`]: the bounded TTL cache the two reviewers share.
+//! - [`refusals`]: a watcher's failures told once when the cluster refuses a permission.
 
 pub mod apiservices;
 pub mod client;
 pub mod flowcontrol;
 pub mod lease;
+mod refusals;
 pub mod services;
 mod settings;
 pub use settings::{ClusterSettings, LeaderElection};

@@ -58,7 +58,8 @@ pub struct ServiceResolver {
     slices: Option<Store<EndpointSlice>>,
 }
 
-fn reflect<K>(api: Api<K>, what: &'static str) -> Store<K>
+/// A reflector's store of `api`'s objects (`group`/`plural` as RBAC names them).
+fn reflect<K>(api: Api<K>, group: &'static str, plural: &'static str) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -75,9 +76,12 @@ where
     );
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut errors = super::refusals::WatchErrors::new(group, plural);
         while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::warn!(error = %e, "watching {what}; retrying");
+            match event {
+                Err(e) => errors.report(&e),
+                Ok(watcher::Event::InitDone) => errors.recovered(),
+                Ok(_) => {}
             }
         }
     });
@@ -87,9 +91,14 @@ where
 impl ServiceResolver {
     /// Starts the reflectors the mode needs.
     pub fn spawn(client: kube::Client, mode: RoutingMode) -> Arc<Self> {
-        let services = reflect(Api::<Service>::all(client.clone()), "Services");
-        let slices = (mode == RoutingMode::Endpoints)
-            .then(|| reflect(Api::<EndpointSlice>::all(client), "EndpointSlices"));
+        let services = reflect(Api::<Service>::all(client.clone()), "", "services");
+        let slices = (mode == RoutingMode::Endpoints).then(|| {
+            reflect(
+                Api::<EndpointSlice>::all(client),
+                "discovery.k8s.io",
+                "endpointslices",
+            )
+        });
         Arc::new(Self {
             mode,
             services,
