@@ -16,6 +16,7 @@ mod connections;
 mod deadlines;
 mod discovery;
 mod doctor;
+mod early;
 mod faults;
 mod gateway;
 mod hardening;
