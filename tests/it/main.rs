@@ -17,6 +17,7 @@ mod deadlines;
 mod differential;
 mod discovery;
 mod doctor;
+mod early;
 mod faults;
 mod gateway;
 mod hardening;

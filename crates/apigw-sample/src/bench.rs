@@ -13,10 +13,10 @@
 
 use apigw_core::body::{full, Body};
 use apigw_core::errors::{json_response, Status};
+use apigw_core::server::RequestBody;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -61,7 +61,7 @@ pub fn resource_list(group: &str, version: &str) -> serde_json::Value {
 }
 
 /// Answers a request [`claims`] accepted.
-pub(super) async fn serve(req: Request<Incoming>) -> Response<Body> {
+pub(super) async fn serve(req: Request<RequestBody>) -> Response<Body> {
     if let Some((group, version)) = group_version(req.uri().path()) {
         return json_response(&resource_list(group, version));
     }

@@ -11,10 +11,10 @@
 use super::{Active, App, User};
 use apigw_core::body::{self, Body};
 use apigw_core::errors::Status;
+use apigw_core::server::RequestBody;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
@@ -88,7 +88,7 @@ pub(super) fn exec(
     ns: &str,
     name: &str,
     pairs: &[(String, String)],
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
 ) -> Result<Response<Body>> {
     app.store.get(ns, name)?;
     let opts = Options::parse(pairs)?;

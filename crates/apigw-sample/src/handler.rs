@@ -12,9 +12,9 @@ use super::table::{accepts, table, wants_table};
 use super::{exec, managed, watch, App, User};
 use apigw_core::body::Body;
 use apigw_core::errors::{json_response, Status};
+use apigw_core::server::RequestBody;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -69,7 +69,7 @@ fn parse_route(path: &str) -> Option<Route> {
 pub(super) async fn route(
     app: &App,
     user: &User,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Result<Response<Body>> {
     let path = req.uri().path().to_string();
     let route = parse_route(&path).ok_or_else(|| {
@@ -100,7 +100,7 @@ async fn collection(
     ns: Option<String>,
     query: &HashMap<String, String>,
     pairs: &[(String, String)],
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Result<Response<Body>> {
     let is_watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
     match (req.method().clone(), ns) {
@@ -140,7 +140,7 @@ async fn item(
     name: &str,
     query: &HashMap<String, String>,
     pairs: &[(String, String)],
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
 ) -> Result<Response<Body>> {
     let method = req.method().clone();
     let as_table = method == Method::GET && wants_table(req.headers());
@@ -203,7 +203,7 @@ async fn item(
 }
 
 /// The request body's bytes, up to `MAX_BODY`; past it a 413.
-async fn body_bytes(body: Incoming) -> Result<bytes::Bytes> {
+async fn body_bytes(body: RequestBody) -> Result<bytes::Bytes> {
     Ok(Limited::new(body, MAX_BODY)
         .collect()
         .await
@@ -218,7 +218,7 @@ async fn body_bytes(body: Incoming) -> Result<bytes::Bytes> {
 }
 
 /// The request body as a JSON (or YAML) value.
-async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
+async fn read_body(req: Request<RequestBody>) -> Result<(HeaderMap, Value)> {
     let (parts, body) = req.into_parts();
     let bytes = body_bytes(body).await?;
     let content_type = content_type(&parts.headers);
@@ -232,7 +232,7 @@ async fn read_body(req: Request<Incoming>) -> Result<(HeaderMap, Value)> {
     Ok((parts.headers, value))
 }
 
-async fn read_object(req: Request<Incoming>) -> Result<Value> {
+async fn read_object(req: Request<RequestBody>) -> Result<Value> {
     let (_, value) = read_body(req).await?;
     if !value.is_object() {
         return Err(Status::bad_request(format!(
@@ -298,7 +298,7 @@ fn server_side_apply(
 }
 
 /// The `dryRun` of a DeleteOptions body, when the request has one.
-async fn read_delete_options(req: Request<Incoming>) -> Result<Vec<String>> {
+async fn read_delete_options(req: Request<RequestBody>) -> Result<Vec<String>> {
     let bytes = body_bytes(req.into_body()).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Vec::new());
@@ -350,7 +350,7 @@ fn is_apply(headers: &HeaderMap) -> bool {
 const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
 /// A merge patch (or a strategic merge patch, applied as a merge patch).
-async fn read_patch(req: Request<Incoming>) -> Result<Value> {
+async fn read_patch(req: Request<RequestBody>) -> Result<Value> {
     let content_type = content_type(req.headers());
     if !matches!(
         content_type.as_str(),

@@ -35,10 +35,10 @@ pub use bench::resource_list as bench_resource_list;
 use anyhow::Context;
 use apigw_core::body::{full, Body};
 use apigw_core::errors::Status;
+use apigw_core::server::RequestBody;
 use apigw_core::server::{self, ConnInfo, Limits};
 use apigw_core::tls::{self, PeerVerifier, ReloadingCert};
 use http::{header, HeaderMap, Request, Response};
-use hyper::body::Incoming;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -139,7 +139,7 @@ impl SampleServer {
         let make = move |conn: ConnInfo| {
             let app = app.clone();
             let trusted = app.trusted_proxy(&conn);
-            move |req: Request<Incoming>| {
+            move |req: Request<RequestBody>| {
                 let app = app.clone();
                 async move { app.handle(trusted, req).await }
             }
@@ -226,7 +226,7 @@ impl App {
         cn_ok && self.verifier.verifies(&conn.peer_chain)
     }
 
-    async fn handle(&self, trusted: bool, req: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, trusted: bool, req: Request<RequestBody>) -> Response<Body> {
         if matches!(req.uri().path(), "/healthz" | "/livez" | "/readyz") {
             let mut res = Response::new(full("ok"));
             res.headers_mut().insert(

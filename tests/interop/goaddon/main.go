@@ -1,6 +1,7 @@
 // main.go owns the command line, the net/http server (TLS, HTTP/2, idle timeout),
 // connection statistics (/debug/stats), the request log, routing, the health
-// endpoints, /echo, and graceful shutdown on SIGTERM/SIGINT.
+// endpoints, /echo, /refuse (413 before reading the body), and graceful shutdown on
+// SIGTERM/SIGINT.
 //
 // goaddon is an addon API server for apigw's interop tests, written with Go's
 // standard library only so that the gateway meets a strict, real net/http peer.
@@ -325,6 +326,11 @@ func (s *server) route(w *recorder, r *http.Request, id *identity) {
 	// (kube-aggregator) reach it.
 	case p == "/echo" || strings.HasPrefix(p, "/echo/") || p == apiPrefix+"/echo":
 		s.serveEcho(w, r, id)
+	// Judges the upload by its Content-Length alone and answers before reading a byte of
+	// it, as a server with a body limit may: the early answer a front proxy must deliver
+	// while its client is still uploading.
+	case p == apiPrefix+"/refuse":
+		writeStatus(w, r, errTooLarge())
 	case p == "/version":
 		if !readOnly(w, r) {
 			return

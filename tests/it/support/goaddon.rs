@@ -2,8 +2,8 @@
 //! `net/http` (strict about HTTP, bundled HTTP/2, real requestheader authentication), built
 //! once per test process and run once per test. Its contract is in the Go sources; in short:
 //! group `interop.example.com/v1`, namespaced `widgets` (+ `widgets/exec` over WebSocket),
-//! `/echo`, `/debug/stats`, and `X-Interop-{Host,Request-Uri,Proto,User}` response headers
-//! telling what it received.
+//! `/echo`, `<group version>/refuse` (413 before reading the body), `/debug/stats`, and
+//! `X-Interop-{Host,Request-Uri,Proto,User}` response headers telling what it received.
 //!
 //! ```ignore
 //! let addon = GoAddon::start(&world, GoOpts::default()).await;

@@ -514,7 +514,7 @@ impl Echo {
                     .and_then(apigw_gateway::authn::subject)
                     .map(|(cn, _)| cn);
                 let remote = conn.remote;
-                move |req: Request<hyper::body::Incoming>| {
+                move |req: Request<apigw_core::server::RequestBody>| {
                     let (log, peer_cn, docs) = (log.clone(), peer_cn.clone(), docs.clone());
                     async move { echo(req, peer_cn, remote, log, docs).await }
                 }
@@ -582,7 +582,7 @@ impl http_body::Body for Hold {
 }
 
 async fn echo(
-    req: Request<hyper::body::Incoming>,
+    req: Request<apigw_core::server::RequestBody>,
     peer_cn: Option<String>,
     remote: SocketAddr,
     log: Arc<Mutex<Vec<serde_json::Value>>>,

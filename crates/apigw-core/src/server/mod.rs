@@ -7,19 +7,21 @@
 //! HTTP/2 -> the caller's handler. Every state of a connection has a deadline ([`deadlines`]):
 //! the handshake, the first request (or HTTP/2 preface), a request head, and idle time between
 //! requests; only a connection answering a request (a watch, say) stays open without one.
+//! A response complete before its request body was read lets the client see it ([`linger`]).
 //! Shutdown stops accepting and lets open connections finish, up to a grace period.
 //! Connections are served on the thread-per-core [`workers`] when [`Limits::workers`] asks for
 //! them.
 
 pub mod cut;
 mod deadlines;
+pub mod linger;
 mod settings;
 pub mod shed;
+pub use linger::RequestBody;
 pub use settings::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
 pub mod workers;
 
 use crate::body::Body;
-use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -119,7 +121,7 @@ pub async fn serve<M, H, Fut>(
     shutdown: impl Future<Output = ()>,
 ) where
     M: Fn(ConnInfo) -> H + Send + Sync + 'static,
-    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
     let acceptor = tls.map(TlsAcceptor::from);
@@ -297,7 +299,7 @@ async fn serve_connection<IO, H, Fut>(
     (opening, idle): (Duration, Duration),
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    H: Fn(Request<RequestBody>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
     let activity = deadlines::Activity::new();
@@ -306,8 +308,10 @@ async fn serve_connection<IO, H, Fut>(
     let service = hyper::service::service_fn(move |req| {
         let handler = handler.clone();
         let busy = requests.begin();
+        let (req, upload) = linger::wrap(req);
         async move {
-            let res = handler(req).await;
+            let mut res = handler(req).await;
+            upload.answered(&mut res);
             Ok::<_, Infallible>(res.map(|body| deadlines::Guarded::new(body, busy)))
         }
     });

@@ -13,7 +13,6 @@ use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, render, Status};
 use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 impl Gateway {
     /// Phase 4 of the pipeline: the answer to an admitted request.
@@ -149,7 +148,7 @@ fn server_address(host: Option<&http::HeaderValue>) -> String {
 
 /// The metrics listener's answer (`--metrics-bind-address`, plain HTTP, no authentication, for
 /// scrapers inside a trusted network): `/metrics` and the health endpoints, nothing else.
-pub(super) fn metrics_listener(gateway: &Gateway, req: &Request<Incoming>) -> Response<Body> {
+pub(super) fn metrics_listener<B>(gateway: &Gateway, req: &Request<B>) -> Response<Body> {
     render(match req.uri().path() {
         "/metrics" => Ok(gateway.metrics_response()),
         path => gateway

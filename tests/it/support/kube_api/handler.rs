@@ -8,10 +8,10 @@ use super::select::Selector;
 use super::store::{merge_patch, ApiError};
 use super::{watch, Shared};
 use apigw_core::body::{full, Body};
+use apigw_core::server::RequestBody;
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ fn parse(path: &str) -> Option<Target> {
     })
 }
 
-fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+fn query(req: &Request<RequestBody>) -> HashMap<String, String> {
     let raw = req.uri().query().unwrap_or("");
     raw.split('&')
         .filter(|kv| !kv.is_empty())
@@ -73,7 +73,7 @@ pub fn json_response(code: u16, value: &Value) -> Response<Body> {
 }
 
 /// Serves one request.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(shared: Arc<Shared>, req: Request<RequestBody>) -> Response<Body> {
     let path = req.uri().path().to_string();
     if req.method() == Method::GET {
         if let Some(doc) = discovery(&path) {
@@ -126,7 +126,7 @@ fn openapi(path: &str) -> Option<Response<Body>> {
 
 async fn route(
     shared: &Arc<Shared>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     t: Target,
 ) -> Result<Response<Body>, ApiError> {
     let q = query(&req);
@@ -235,7 +235,7 @@ fn is_true(v: Option<&String>) -> bool {
     v.is_some_and(|v| matches!(v.as_str(), "1" | "true" | "True"))
 }
 
-async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+async fn read_json(req: Request<RequestBody>) -> Result<Value, ApiError> {
     let bytes: Bytes = req
         .into_body()
         .collect()
