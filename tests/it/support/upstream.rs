@@ -48,6 +48,11 @@ pub struct State {
     pub sample_host: String,
     pub sample_port: u16,
     pub registered: bool,
+    /// metrics-server's name and port (0: not started, `-metrics-server` not given).
+    #[serde(default)]
+    pub metrics_host: String,
+    #[serde(default)]
+    pub metrics_port: u16,
 }
 
 /// A running control plane. Dropping it stops every server and removes its directory.
@@ -147,6 +152,13 @@ impl ControlPlane {
             "--resolve".into(),
             format!("{}:{port}=127.0.0.1:{port}", self.state.sample_host),
         ]);
+        if self.state.metrics_port != 0 {
+            let (host, port) = (&self.state.metrics_host, self.state.metrics_port);
+            args.extend([
+                "--resolve".into(),
+                format!("{host}:{port}=127.0.0.1:{port}"),
+            ]);
+        }
         args
     }
 

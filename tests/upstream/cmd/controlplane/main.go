@@ -37,10 +37,13 @@ import (
 	"time"
 )
 
-// The Service that stands for sample-apiserver in the cluster, as in upstream's artifacts.
+// The Services that stand for sample-apiserver and metrics-server in the cluster, as in
+// upstream's artifacts.
 const (
-	sampleNamespace = "wardle"
-	sampleService   = "api"
+	sampleNamespace  = "wardle"
+	sampleService    = "api"
+	metricsNamespace = "kube-system"
+	metricsService   = "metrics-server"
 )
 
 // State is what a client of the control plane needs; it is state.json.
@@ -57,12 +60,17 @@ type State struct {
 	SamplePort int `json:"samplePort"`
 	// Registered says whether the APIServices were created in kube-apiserver.
 	Registered bool `json:"registered"`
+	// MetricsHost and MetricsPort name metrics-server (v1beta1.metrics.k8s.io) as its
+	// APIService does; MetricsPort is 0 when it was not started.
+	MetricsHost string `json:"metricsHost"`
+	MetricsPort int    `json:"metricsPort"`
 }
 
 type options struct {
 	dir, bin                       string
 	apiserverPort, samplePort      int
 	sample, register, exitOnEOF    bool
+	metricsServer                  bool
 	readyTimeout                   time.Duration
 	extraAPIServer, extraSampleArg stringList
 	// authorizationConfig replaces --authorization-mode=RBAC when set.
@@ -82,6 +90,7 @@ func main() {
 	flag.IntVar(&o.apiserverPort, "apiserver-port", 0, "kube-apiserver's port on 127.0.0.1 (0: a free one)")
 	flag.IntVar(&o.samplePort, "sample-port", 0, "sample-apiserver's port on 127.0.0.1 (0: a free one)")
 	flag.BoolVar(&o.sample, "sample", true, "start sample-apiserver")
+	flag.BoolVar(&o.metricsServer, "metrics-server", false, "start metrics-server (metrics.k8s.io) too, registered like sample-apiserver")
 	flag.BoolVar(&o.register, "register", true, "register sample-apiserver's APIServices in kube-apiserver (its kube-aggregator then serves them)")
 	flag.BoolVar(&o.exitOnEOF, "exit-on-eof", false, "stop when stdin closes (for a parent process that may die)")
 	flag.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long each server may take to become ready")
@@ -110,10 +119,11 @@ func run(o options) error {
 		}
 	}
 	sampleHost := sampleService + "." + sampleNamespace + ".svc"
-	if err := makePKI(dir, sampleHost); err != nil {
+	metricsHost := metricsService + "." + metricsNamespace + ".svc"
+	if err := makePKI(dir, sampleHost, metricsHost); err != nil {
 		return fmt.Errorf("making the PKI in %s: %w", dir, err)
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
@@ -131,6 +141,9 @@ func run(o options) error {
 		APIServer:  fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
 		SampleHost: sampleHost,
 		SamplePort: ports[3],
+	}
+	if o.metricsServer {
+		st.MetricsHost, st.MetricsPort = metricsHost, ports[4]
 	}
 	if err := writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), st.APIServer, dir, "admin"); err != nil {
 		return err
@@ -220,6 +233,28 @@ func run(o options) error {
 			return err
 		}
 	}
+	if o.metricsServer {
+		metrics, err := clientFor(dir, "metrics-ca", "")
+		if err != nil {
+			return err
+		}
+		url := fmt.Sprintf("https://127.0.0.1:%d", st.MetricsPort)
+		// With no kubelet to scrape its /readyz never passes (no metrics yet); it serves.
+		if err := start("metrics-server", getOK(metrics, url+"/livez"),
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(st.MetricsPort),
+			"--tls-cert-file="+f("metrics-serving.crt"), "--tls-private-key-file="+f("metrics-serving.key"),
+			"--kubeconfig="+f("admin.kubeconfig"),
+			"--authentication-kubeconfig="+f("admin.kubeconfig"),
+			"--authorization-kubeconfig="+f("admin.kubeconfig"),
+			"--authentication-tolerate-lookup-failure=false",
+			"--kubelet-insecure-tls", "--metric-resolution=15s",
+		); err != nil {
+			return err
+		}
+		if err := writeMetricsAPIService(f("apiservices/metrics.yaml"), f("metrics-ca.crt"), st.MetricsPort); err != nil {
+			return err
+		}
+	}
 	if err := writeAPIServices(f("apiservices/wardle.yaml"), f("wardle-ca.crt"), st.SamplePort); err != nil {
 		return err
 	}
@@ -229,6 +264,11 @@ func run(o options) error {
 	if o.register {
 		if err := register(admin, st, f("apiservices/wardle.yaml")); err != nil {
 			return err
+		}
+		if o.metricsServer {
+			if err := registerService(admin, st.APIServer, metricsNamespace, metricsService, st.MetricsPort, f("apiservices/metrics.yaml")); err != nil {
+				return err
+			}
 		}
 		st.Registered = true
 	}
@@ -390,23 +430,53 @@ func writeAPIServices(path, caFile string, port int) error {
 	return os.WriteFile(path, []byte("---\n"+strings.Join(docs, "\n---\n")+"\n"), 0o644)
 }
 
+// writeMetricsAPIService writes v1beta1.metrics.k8s.io as metrics-server's manifests declare it
+// (groupPriorityMinimum 100, versionPriority 100), with the CA of its serving certificate.
+func writeMetricsAPIService(path, caFile string, port int) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	doc, err := json.Marshal(map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1",
+		"kind":       "APIService",
+		"metadata":   map[string]any{"name": "v1beta1.metrics.k8s.io"},
+		"spec": map[string]any{
+			"group": "metrics.k8s.io", "version": "v1beta1",
+			"groupPriorityMinimum": 100, "versionPriority": 100,
+			"service":  map[string]any{"namespace": metricsNamespace, "name": metricsService, "port": port},
+			"caBundle": ca,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte("---\n"+string(doc)+"\n"), 0o644)
+}
+
 // register creates sample-apiserver's namespace, its Service (ExternalName 127.0.0.1: the API
 // refuses loopback EndpointSlice addresses, and both kube-aggregator and apigw resolve an
 // ExternalName Service to that name and the APIService's port), and its APIServices.
 func register(c *http.Client, st State, apiservices string) error {
-	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": sampleNamespace}}
-	if err := create(c, st.APIServer+"/api/v1/namespaces", ns); err != nil {
+	return registerService(c, st.APIServer, sampleNamespace, sampleService, st.SamplePort, apiservices)
+}
+
+// registerService creates namespace/name as an ExternalName Service for 127.0.0.1:port and the
+// APIServices in the file apiservices.
+func registerService(c *http.Client, apiserver, namespace, name string, port int, apiservices string) error {
+	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": namespace}}
+	if err := create(c, apiserver+"/api/v1/namespaces", ns); err != nil {
 		return err
 	}
 	svc := map[string]any{
 		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": sampleService, "namespace": sampleNamespace},
+		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"spec": map[string]any{
 			"type": "ExternalName", "externalName": "127.0.0.1",
-			"ports": []any{map[string]any{"name": "https", "port": st.SamplePort, "protocol": "TCP"}},
+			"ports": []any{map[string]any{"name": "https", "port": port, "protocol": "TCP"}},
 		},
 	}
-	if err := create(c, st.APIServer+"/api/v1/namespaces/"+sampleNamespace+"/services", svc); err != nil {
+	if err := create(c, apiserver+"/api/v1/namespaces/"+namespace+"/services", svc); err != nil {
 		return err
 	}
 	text, err := os.ReadFile(apiservices)
@@ -419,7 +489,7 @@ func register(c *http.Client, st State, apiservices string) error {
 		if err := json.Unmarshal([]byte(doc), &obj); err != nil {
 			return fmt.Errorf("%s: %w", apiservices, err)
 		}
-		if err := create(c, st.APIServer+"/apis/apiregistration.k8s.io/v1/apiservices", obj); err != nil {
+		if err := create(c, apiserver+"/apis/apiregistration.k8s.io/v1/apiservices", obj); err != nil {
 			return err
 		}
 	}

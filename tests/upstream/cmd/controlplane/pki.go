@@ -145,7 +145,7 @@ func serviceAccountKeys(dir string) error {
 //	ca                  cluster CA: kube-apiserver's serving certificate and every client certificate
 //	front-proxy-ca      signs the front proxies' client certificates (--requestheader-client-ca-file)
 //	wardle-ca           signs sample-apiserver's serving certificate (the APIService caBundle)
-func makePKI(dir string, sampleHost string) error {
+func makePKI(dir string, sampleHost, metricsHost string) error {
 	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
 	cluster, err := newAuthority(dir, "ca", "apigw-test-cluster-ca")
 	if err != nil {
@@ -181,6 +181,13 @@ func makePKI(dir string, sampleHost string) error {
 		return err
 	}
 	if err := wardle.issue(dir, leaf{file: "wardle-serving", cn: sampleHost, dns: []string{sampleHost, "localhost"}, ips: loopback, server: true}); err != nil {
+		return err
+	}
+	metrics, err := newAuthority(dir, "metrics-ca", "apigw-test-metrics-ca")
+	if err != nil {
+		return err
+	}
+	if err := metrics.issue(dir, leaf{file: "metrics-serving", cn: metricsHost, dns: []string{metricsHost, "localhost"}, ips: loopback, server: true}); err != nil {
 		return err
 	}
 	return serviceAccountKeys(dir)
