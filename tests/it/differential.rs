@@ -42,6 +42,8 @@ fn every_request_shape_answers_as_through_kube_aggregator() {
             "kubectl {args:?} through kube-aggregator, then through apigw"
         );
     }
+    early_answers_of_sample_apiserver_reach_curl_and_python(&cp, &gw);
+
     let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/differential/table.yaml");
     let (table, pki) = (table.display().to_string(), cp.arg(""));
     let ran = run(
@@ -64,5 +66,72 @@ fn every_request_shape_answers_as_through_kube_aggregator() {
         "the doors answered differently (above); stderr: {}\napigw's log:\n{}",
         ran.stderr(),
         gw.logged()
+    );
+}
+
+/// Issue 47, item 1, against sample-apiserver itself: a 40 MB create gets its
+/// `413 RequestEntityTooLarge` (answered before the body is read) through apigw with curl over
+/// both protocols, uploading as it reads, and with Python's `http.client`, which writes all of
+/// a 16 MB body before it reads.
+fn early_answers_of_sample_apiserver_reach_curl_and_python(cp: &ControlPlane, gw: &Apigw) {
+    let url = format!(
+        "{}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders",
+        gw.url
+    );
+    let file = cp.path("upload-40m.json");
+    std::fs::write(&file, vec![b' '; 40 << 20]).expect("write the upload");
+    let data = format!("@{}", file.display());
+    for proto in ["--http1.1", "--http2"] {
+        let ran = crate::support::upstream::curl(
+            cp,
+            "admin",
+            &[
+                proto,
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-H",
+                "Expect:",
+                "--data-binary",
+                &data,
+                &url,
+            ],
+        );
+        let text = ran.text();
+        assert!(
+            text.contains(r#""reason": "RequestEntityTooLarge""#)
+                && text.contains(r#""code": 413"#),
+            "{proto}: sample-apiserver's 413 did not reach curl: {text}"
+        );
+    }
+    let script = r#"
+import http.client, json, ssl, sys
+url, ca, crt, key = sys.argv[1:5]
+host, rest = url[len("https://"):].split("/", 1)
+ctx = ssl.create_default_context(cafile=ca)
+ctx.load_cert_chain(crt, key)
+conn = http.client.HTTPSConnection(host, context=ctx, timeout=30)
+conn.request("POST", "/" + rest, body=b" " * (16 << 20), headers={"Content-Type": "application/json"})
+res = conn.getresponse()
+print(res.status, json.loads(res.read())["reason"])
+"#;
+    let ran = run(
+        Path::new("python3"),
+        &[
+            "-c",
+            script,
+            &url,
+            &cp.arg("ca.crt"),
+            &cp.arg("admin.crt"),
+            &cp.arg("admin.key"),
+        ],
+        None,
+    );
+    assert_eq!(
+        ran.stdout().trim(),
+        "413 RequestEntityTooLarge",
+        "Python's http.client: {}",
+        ran.text()
     );
 }
