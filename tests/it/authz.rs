@@ -6,6 +6,7 @@ use crate::support;
 
 use crate::support::tool::kubectl_async;
 use crate::support::{eventually, World};
+use apigw_gateway::config::Config;
 use bytes::Bytes;
 use http::Request;
 use std::time::Duration;
@@ -44,6 +45,16 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with(|cfg, w| {
+        cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
+        cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
+        cfg.proxy.drop_groups = vec!["system:masters".into()];
+    })
+    .await
+}
+
+/// One echo backend for `a.example.com/v1` behind a gateway configured by `configure`.
+async fn setup_with(configure: impl FnOnce(&mut Config, &World)) -> Setup {
     let w = World::new();
     let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
     w.register(
@@ -58,9 +69,7 @@ async fn setup() -> Setup {
     );
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
-    cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
-    cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
-    cfg.proxy.drop_groups = vec!["system:masters".into()];
+    configure(&mut cfg, &w);
     let gw = w.gateway(cfg).await;
     Setup { w, gw, echo }
 }
@@ -257,22 +266,7 @@ async fn kubectl_auth_whoami_and_can_i_ask_the_gateway() {
 /// behalf: no opinion, and why (it used to say `yes` to requests the backends then refused).
 #[tokio::test(flavor = "multi_thread")]
 async fn can_i_under_always_allow_says_the_backends_decide() {
-    let w = World::new();
-    let echo = w.backend("a", "a-svc", "a-ns", &w.addon_ca, None).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let cfg = w.config(&[(&echo, echo.addr)]);
-    assert!(cfg.authz.left_to_backends());
-    let gw = w.gateway(cfg).await;
-    let s = Setup { w, gw, echo };
+    let s = setup_with(|cfg, _| assert!(cfg.authz.left_to_backends())).await;
     let (ok, out) = kubectl(
         &s,
         "bob",

@@ -754,6 +754,31 @@ fn the_same_backends_through_kube_aggregator_and_through_apigw() {
     assert!(gw_down.1 == "ServiceUnavailable" && gw_down.2.starts_with("service unavailable: APIService v1.interop.example.com is not available (FailedDiscoveryCheck)"), "{gw_down:?}");
 }
 
+/// The user a bearer `token` is at `base`, by a SelfSubjectReview (its `status.userInfo`).
+fn who_is(cp: &ControlPlane, base: &str, token: &str) -> Value {
+    let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+    let url = format!("{base}/apis/authentication.k8s.io/v1/selfsubjectreviews");
+    let bearer = format!("Authorization: Bearer {token}");
+    let out = support::tool::run(
+        std::path::Path::new("curl"),
+        &[
+            "-sS",
+            "--fail-with-body",
+            "--cacert",
+            &cp.arg("ca.crt"),
+            "-H",
+            &bearer,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            review,
+            &url,
+        ],
+        None,
+    );
+    out.json()["status"]["userInfo"].clone()
+}
+
 /// The Lease's holder, or "" while there is none.
 fn lease_holder(cp: &ControlPlane) -> String {
     let lease = cp.kubectl(&[
@@ -824,28 +849,7 @@ fn cluster_mode_against_kube_apiserver() {
         .ok();
     let token = token.trim();
     let bearer = format!("Authorization: Bearer {token}");
-    let whoami = |base: &str| {
-        let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
-        let url = format!("{base}/apis/authentication.k8s.io/v1/selfsubjectreviews");
-        let out = support::tool::run(
-            std::path::Path::new("curl"),
-            &[
-                "-sS",
-                "--fail-with-body",
-                "--cacert",
-                &cp.arg("ca.crt"),
-                "-H",
-                &bearer,
-                "-H",
-                "Content-Type: application/json",
-                "-d",
-                review,
-                &url,
-            ],
-            None,
-        );
-        out.json()["status"]["userInfo"].clone()
-    };
+    let whoami = |base: &str| who_is(&cp, base, token);
     let through = whoami(&a.url);
     assert_eq!(
         through["username"], "system:serviceaccount:default:robot",
@@ -1214,29 +1218,9 @@ fn cluster_mode_with_exactly_the_charts_rbac() {
     let robot = cp
         .kubectl(&["create", "token", "robot", "-n", "default"])
         .ok();
-    let whoami = support::tool::run(
-        std::path::Path::new("curl"),
-        &[
-            "-sS",
-            "--fail-with-body",
-            "--cacert",
-            &cp.arg("ca.crt"),
-            "-H",
-            &format!("Authorization: Bearer {}", robot.trim()),
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
-            &format!(
-                "{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                gw.url
-            ),
-        ],
-        None,
-    )
-    .json();
+    let whoami = who_is(&cp, &gw.url, robot.trim());
     assert_eq!(
-        whoami["status"]["userInfo"]["username"], "system:serviceaccount:default:robot",
+        whoami["username"], "system:serviceaccount:default:robot",
         "{whoami}"
     );
 
