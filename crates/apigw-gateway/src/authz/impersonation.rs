@@ -7,9 +7,12 @@
 //! and `impersonate:<mode>` on each attribute asked for. Every check goes through the whole
 //! authorizer chain (RBAC, webhooks), so a SubjectAccessReview webhook decides impersonation as
 //! it decides everything else. One deliberate difference: `AlwaysAllow` grants no
-//! impersonation (a dev gateway must not let anyone become anyone), so under it alone the
-//! request is refused with kube's message. The headers never reach a backend. Upstream's
-//! associated-node mode (a node's service account impersonating its node) is not offered.
+//! impersonation (a gateway left open must not let anyone become anyone). Where the chain
+//! starts with it (the door leaves authorization to the backends, the dev default) the headers
+//! are removed and the request goes on as the real user, as the outside contract has it; where
+//! it comes later, it has no opinion on impersonation. The headers never reach a backend.
+//! Upstream's associated-node mode (a node's service account impersonating its node) is not
+//! offered.
 
 use super::{forbidden, Attributes, Authorizer};
 use crate::authn::{Identity, ANONYMOUS_USER, AUTHENTICATED, UNAUTHENTICATED};
@@ -123,6 +126,10 @@ pub async fn apply(
     let Some(wanted) = wanted(headers)? else {
         return Ok(real);
     };
+    if authz.left_to_backends() && !super::is_master(&real) {
+        tracing::debug!(user = %real.user, "impersonation headers removed: the door leaves authorization to the backends");
+        return Ok(real);
+    }
     let mut first: Option<Status> = None;
     for mode in [
         Mode::ArbitraryNode,
@@ -540,9 +547,20 @@ subjects: [{kind: User, name: helper}]
     }
 
     #[tokio::test]
-    async fn always_allow_refuses_impersonation_and_masters_may() {
+    async fn always_allow_grants_no_impersonation_and_masters_may() {
+        // First in the chain: the door decides nothing, and the headers are removed.
         let open = Authorizer::new(vec![AuthzMode::AlwaysAllow], None).unwrap();
-        let err = ask(&open, "alice", &[("impersonate-user", "mallory")])
+        let id = ask(&open, "alice", &[("impersonate-user", "mallory")])
+            .await
+            .unwrap();
+        assert_eq!(id.user, "alice");
+        // Later in the chain: no opinion on impersonation, so it is refused, saying why.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        std::fs::write(&path, POLICY).unwrap();
+        let later =
+            Authorizer::new(vec![AuthzMode::Rbac, AuthzMode::AlwaysAllow], Some(path)).unwrap();
+        let err = ask(&later, "alice", &[("impersonate-user", "mallory")])
             .await
             .unwrap_err();
         assert_eq!(err.code(), http::StatusCode::FORBIDDEN);

@@ -248,6 +248,12 @@ impl Authorizer {
         self.decide_with(id, a, Some(LEFT_TO_BACKENDS)).await
     }
 
+    /// True when the chain starts with `AlwaysAllow`: every request passes the door and only
+    /// the backends decide (the dev default).
+    pub fn left_to_backends(&self) -> bool {
+        matches!(self.chain.load().first(), Some(Link::AlwaysAllow))
+    }
+
     /// `always_allow`: None when `AlwaysAllow` allows, else the reason it gives for having no
     /// opinion.
     async fn decide_with(
