@@ -95,10 +95,11 @@ fn reachable<'a>(spec: &Value, roots: impl Iterator<Item = &'a Value>) -> BTreeS
     seen
 }
 
-/// Merges `specs` in order into one document; with none, `base` alone.
+/// Merges `specs` in order into one document; with none, `base` alone. A spec that is not a
+/// JSON object (a backend's mistake) is passed over.
 pub fn merge<'a>(base: Value, specs: impl Iterator<Item = &'a Value>) -> Value {
     let mut merged: Option<Value> = None;
-    for spec in specs {
+    for spec in specs.filter(|s| s.is_object()) {
         let dest = merged.get_or_insert_with(|| {
             let mut top = spec.clone();
             if let Some(m) = top.as_object_mut() {
@@ -111,6 +112,9 @@ pub fn merge<'a>(base: Value, specs: impl Iterator<Item = &'a Value>) -> Value {
         merge_one(dest, spec);
     }
     let mut out = merged.unwrap_or(base);
+    if !out.is_object() {
+        out = Value::Object(Map::new());
+    }
     for key in ["paths", "definitions", "parameters"] {
         if !out[key].is_object() {
             out[key] = Value::Object(Map::new());
@@ -354,6 +358,17 @@ mod tests {
             m["definitions"]["S"][GVK],
             json!([{"group": "a", "version": "v1", "kind": "S"}, {"group": "b", "version": "v1", "kind": "S"}])
         );
+    }
+
+    #[test]
+    fn specs_that_are_not_objects_are_passed_over() {
+        let odd = [json!(123), json!(["x"]), json!("spec")];
+        let m = merge(json!({"swagger": "2.0"}), odd.iter());
+        assert_eq!(m["swagger"], "2.0");
+        assert_eq!(m["paths"], json!({}));
+        let real = json!({"paths": {"/a": {}}, "definitions": []});
+        let m = merge(json!({}), [&odd[0], &real].into_iter());
+        assert_eq!(m["paths"], json!({"/a": {}}));
     }
 
     #[test]
