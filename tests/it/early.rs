@@ -11,8 +11,6 @@ use crate::support;
 use crate::support::goaddon::{GoAddon, GoOpts};
 use crate::support::tool::{run, Ran};
 use crate::support::World;
-use bytes::Bytes;
-use http::Request;
 use std::path::{Path, PathBuf};
 
 /// The Go addon's early 413 (`tests/interop/goaddon`, `/refuse`).
@@ -152,27 +150,7 @@ async fn go_stack(
     tweak: impl FnOnce(&mut apigw_gateway::config::Config),
 ) -> (World, GoAddon, support::Gateway) {
     let world = World::new();
-    let addon = GoAddon::start(&world, GoOpts::default()).await;
-    addon.register(&world);
-    let mut cfg = world.config(&[]);
-    addon.resolve(&mut cfg);
-    tweak(&mut cfg);
-    let gw = world.gateway(cfg).await;
-    let alice = world.client(Some("alice"));
-    let available = support::eventually(20, || {
-        let alice = alice.clone();
-        async move {
-            let req = Request::get("/apis/interop.example.com/v1")
-                .body(Bytes::new())
-                .unwrap();
-            alice
-                .try_send(gw.addr, req)
-                .await
-                .is_ok_and(|a| a.status == 200)
-        }
-    })
-    .await;
-    assert!(available, "interop.example.com/v1 never became available");
+    let (addon, gw) = GoAddon::behind_gateway(&world, GoOpts::default(), tweak).await;
     (world, addon, gw)
 }
 

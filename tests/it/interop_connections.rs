@@ -22,32 +22,7 @@ const WIDGETS: &str = "/apis/interop.example.com/v1/namespaces/default/widgets";
 /// A gateway in front of the Go addon (registered as `v1.interop.example.com`), once the
 /// addon is available through it.
 async fn behind_gateway(world: &World, opts: GoOpts) -> (GoAddon, support::Gateway) {
-    behind_gateway_with(world, opts, |_| {}).await
-}
-
-/// [`behind_gateway`], with the gateway's configuration changed by `configure` first.
-async fn behind_gateway_with(
-    world: &World,
-    opts: GoOpts,
-    configure: impl FnOnce(&mut apigw_gateway::config::Config),
-) -> (GoAddon, support::Gateway) {
-    let addon = GoAddon::start(world, opts).await;
-    addon.register(world);
-    let mut cfg = world.config(&[]);
-    addon.resolve(&mut cfg);
-    configure(&mut cfg);
-    let gw = world.gateway(cfg).await;
-    let alice = world.client(Some("alice"));
-    let available = support::eventually(20, || {
-        let alice = alice.clone();
-        async move { alice.get(gw.addr, WIDGETS).await.status == 200 }
-    })
-    .await;
-    assert!(
-        available,
-        "the Go addon never became available through the gateway"
-    );
-    (addon, gw)
+    GoAddon::behind_gateway(world, opts, |_| {}).await
 }
 
 /// Ordinary requests go to a backend that offers both protocols over pooled HTTP/1.1 by
@@ -58,7 +33,7 @@ async fn ordinary_requests_take_http2_when_asked() {
     for http2_requests in [false, true] {
         let world = World::new();
         // Waits for a list through the gateway to answer 200.
-        let (addon, _gw) = behind_gateway_with(&world, GoOpts::default(), |cfg| {
+        let (addon, _gw) = GoAddon::behind_gateway(&world, GoOpts::default(), |cfg| {
             cfg.proxy.http2_requests = http2_requests
         })
         .await;

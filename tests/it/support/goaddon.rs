@@ -12,7 +12,7 @@
 //! addon.resolve(&mut cfg);
 //! ```
 
-use super::{Answer, World, ANSWER_WITHIN};
+use super::{Answer, Gateway, World, ANSWER_WITHIN};
 use apigw_gateway::config::Config;
 use bytes::Bytes;
 use http::Request;
@@ -206,6 +206,36 @@ impl GoAddon {
         cfg.proxy
             .resolve
             .insert((self.host.clone(), 443), vec![self.addr]);
+    }
+
+    /// The addon started with `opts`, registered, and a gateway in front of it (its
+    /// configuration changed by `configure` first), once listing widgets through the gateway
+    /// answers 200.
+    pub async fn behind_gateway(
+        world: &World,
+        opts: GoOpts,
+        configure: impl FnOnce(&mut Config),
+    ) -> (GoAddon, Gateway) {
+        let addon = GoAddon::start(world, opts).await;
+        addon.register(world);
+        let mut cfg = world.config(&[]);
+        addon.resolve(&mut cfg);
+        configure(&mut cfg);
+        let gw = world.gateway(cfg).await;
+        let alice = world.client(Some("alice"));
+        let available = super::eventually(20, || {
+            let alice = alice.clone();
+            async move {
+                let widgets = "/apis/interop.example.com/v1/namespaces/default/widgets";
+                alice.get(gw.addr, widgets).await.status == 200
+            }
+        })
+        .await;
+        assert!(
+            available,
+            "the Go addon never became available through the gateway"
+        );
+        (addon, gw)
     }
 
     /// SIGTERM, then waits for the graceful shutdown (open watches end, exec sessions close).

@@ -240,11 +240,10 @@ impl Mode {
         if !self.applies(w) {
             return Ok(None);
         }
-        let check = |a: Attributes| async move { allowed(authz, real, &a).await };
         if self.constrained() {
             let mut on = request.clone();
             on.verb = format!("impersonate-on:{}:{}", self.name(), request.verb);
-            check(on).await?;
+            allowed(authz, real, &on).await?;
         }
         let verb = self.verb();
         // Users and groups are core resources to the legacy verb, authentication.k8s.io ones
@@ -286,9 +285,9 @@ impl Mode {
                 ];
             }
         }
-        check(user).await?;
+        allowed(authz, real, &user).await?;
         if let Some(uid) = &w.uid {
-            check(attempt(&verb, AUTHENTICATION, "uids", uid)).await?;
+            allowed(authz, real, &attempt(&verb, AUTHENTICATION, "uids", uid)).await?;
         }
         if !w.groups.is_empty() {
             let mut each = attempt(&verb, core, "groups", "");

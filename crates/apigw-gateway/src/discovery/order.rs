@@ -1,7 +1,8 @@
 //! The order kube-aggregator gives groups and versions in `/apis`: APIServices sorted by
 //! groupPriorityMinimum (highest first, ties by name); a group sits where its first APIService
 //! does; within a group, versions by versionPriority (highest first), ties by kube-aware
-//! version order. The first version is the preferred one.
+//! version order. The first version is the preferred one. Also the order kube-aggregator merges
+//! the APIServices' OpenAPI specs in ([`spec_order`]).
 
 use crate::registry::ApiService;
 use std::cmp::Ordering;
@@ -77,6 +78,29 @@ pub fn ordered_groups<'a, T>(
         members.sort_by(|&a, &b| version_order(svc(&items[a]), svc(&items[b])));
     }
     groups
+}
+
+/// Sorts `items` as kube-aggregator orders the APIServices' OpenAPI v2 specs before merging
+/// them: by their group's highest groupPriorityMinimum (higher first), then by name (upstream
+/// compares two versions of one group by name alone). `svc` says which APIService an item is.
+pub fn spec_order<T>(items: &mut [T], svc: impl Fn(&T) -> &ApiService) {
+    let mut top: HashMap<String, i64> = HashMap::new();
+    for s in items.iter().map(&svc) {
+        let gpm = top
+            .entry(s.group.clone())
+            .or_insert(s.group_priority_minimum);
+        *gpm = (*gpm).max(s.group_priority_minimum);
+    }
+    let priority = |s: &ApiService| top.get(s.group.as_str()).copied().unwrap_or(0);
+    items.sort_by(|a, b| {
+        let (a, b) = (svc(a), svc(b));
+        let by_group = if a.group == b.group {
+            Ordering::Equal
+        } else {
+            priority(b).cmp(&priority(a))
+        };
+        by_group.then_with(|| a.name.cmp(&b.name))
+    });
 }
 
 /// Orders APIServices within a group: versionPriority (highest first), then kube-aware
@@ -282,5 +306,26 @@ mod tests {
             .collect();
         assert!(prios.windows(2).all(|w| w[0] >= w[1]), "{prios:?}");
         assert_eq!(got.len(), 30);
+    }
+
+    #[test]
+    fn specs_merge_in_group_priority_order_then_by_name() {
+        let mut all = vec![
+            svc("c.example.com", "v1", 100, 1),
+            svc("b.example.com", "v1", 50, 1),
+            svc("a.example.com", "v1", 100, 1),
+            svc("b.example.com", "v2", 2000, 1),
+        ];
+        spec_order(&mut all, |s| &**s);
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "v1.b.example.com",
+                "v2.b.example.com",
+                "v1.a.example.com",
+                "v1.c.example.com"
+            ]
+        );
     }
 }

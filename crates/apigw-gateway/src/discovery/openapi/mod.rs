@@ -167,14 +167,12 @@ impl OpenApi {
         let delegate_v2 = delegate
             .and_then(|f| f.v2.as_ref())
             .map(|(v, _)| v.as_ref());
-        let mut by_priority: Vec<&ApiService> = order.iter().map(|(s, _)| *s).collect();
-        v2::sort_by_priority(&mut by_priority);
-        let spec_of: HashMap<&str, &Fetched> =
-            order.iter().map(|(s, f)| (s.name.as_str(), *f)).collect();
+        let mut by_priority = order.clone();
+        super::order::spec_order(&mut by_priority, |(s, _)| s);
         let own: Vec<Value> = by_priority
             .iter()
-            .filter_map(|s| {
-                let (spec, _) = spec_of.get(s.name.as_str())?.v2.as_ref()?;
+            .filter_map(|(s, f)| {
+                let (spec, _) = f.v2.as_ref()?;
                 Some(v2::own_paths(spec, &s.group, &s.version))
             })
             .collect();
@@ -232,7 +230,7 @@ async fn fetch(
 }
 
 /// The merged Swagger 2.0 document of `specs` (the delegate's first, then each APIService's
-/// own part, in [`v2::sort_by_priority`] order); the gateway's own skeleton when there are none.
+/// own part, in [`super::order::spec_order`]); the gateway's own skeleton when there are none.
 pub fn merge_v2<'a>(specs: impl Iterator<Item = &'a Value>) -> Value {
     let base = json!({
         "swagger": "2.0",

@@ -4,39 +4,16 @@
 //! are merged in order, the local one (the delegate's) first, then APIServices by group priority;
 //! a path already merged is skipped, a definition or parameter of the same name but another
 //! shape is renamed `<name>_v2` (then `_v3`, ...) with the references to it, and equal
-//! definitions merge their `x-kubernetes-group-version-kind` lists. Every top-level field but
+//! definitions merge their `x-kubernetes-group-version-kind` lists (the order of APIServices is
+//! [`crate::discovery::order::spec_order`]'s). Every top-level field but
 //! paths, definitions and parameters (`info`, `securityDefinitions`...) is the first spec's.
 
-use crate::registry::ApiService;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 const DEFINITIONS: &str = "#/definitions/";
 const PARAMETERS: &str = "#/parameters/";
 const GVK: &str = "x-kubernetes-group-version-kind";
-
-/// Orders APIServices as kube-aggregator orders their specs: by their group's highest
-/// `groupPriorityMinimum`, higher first, then by name (upstream compares two versions of one
-/// group by name alone).
-pub fn sort_by_priority(services: &mut [&ApiService]) {
-    let mut group: HashMap<&str, i64> = HashMap::new();
-    for s in services.iter() {
-        let top = group
-            .entry(s.group.as_str())
-            .or_insert(s.group_priority_minimum);
-        *top = (*top).max(s.group_priority_minimum);
-    }
-    let priority = |s: &ApiService| group.get(s.group.as_str()).copied().unwrap_or(0);
-    services.sort_by(|a, b| {
-        let same = a.group == b.group;
-        let by_group = if same {
-            std::cmp::Ordering::Equal
-        } else {
-            priority(b).cmp(&priority(a))
-        };
-        by_group.then_with(|| a.name.cmp(&b.name))
-    });
-}
 
 /// `spec` cut to the paths under `/apis/<group>/<version>/`, as kube-aggregator keeps of an
 /// APIService's spec.
@@ -306,15 +283,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn svc(name: &str, group: &str, version: &str, gpm: i64) -> ApiService {
-        ApiService::from_value(json!({
-            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": name},
-            "spec": {"group": group, "version": version, "groupPriorityMinimum": gpm, "versionPriority": 1,
-                     "service": {"name": "s", "namespace": "n"}}
-        }))
-        .unwrap()
-    }
-
     #[test]
     fn an_apiservice_keeps_its_own_paths_and_what_they_use() {
         let spec = json!({
@@ -369,27 +337,5 @@ mod tests {
         let real = json!({"paths": {"/a": {}}, "definitions": []});
         let m = merge(json!({}), [&odd[0], &real].into_iter());
         assert_eq!(m["paths"], json!({"/a": {}}));
-    }
-
-    #[test]
-    fn specs_merge_in_group_priority_order_then_by_name() {
-        let (a, b1, b2, c) = (
-            svc("v1.a.example.com", "a.example.com", "v1", 100),
-            svc("v1.b.example.com", "b.example.com", "v1", 50),
-            svc("v2.b.example.com", "b.example.com", "v2", 2000),
-            svc("v1.c.example.com", "c.example.com", "v1", 100),
-        );
-        let mut all = vec![&c, &b1, &a, &b2];
-        sort_by_priority(&mut all);
-        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "v1.b.example.com",
-                "v2.b.example.com",
-                "v1.a.example.com",
-                "v1.c.example.com"
-            ]
-        );
     }
 }
