@@ -7,7 +7,7 @@ use crate::support;
 
 use crate::support::goaddon::{GoAddon, GoOpts};
 use crate::support::tool::{kubectl, kubectl_command, kubectl_in};
-use crate::support::upstream::{clientgo, curl, wait_for, Apigw, ControlPlane};
+use crate::support::upstream::{clientgo, curl, curl_without_cert, wait_for, Apigw, ControlPlane};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -759,13 +759,10 @@ fn who_is(cp: &ControlPlane, base: &str, token: &str) -> Value {
     let review = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
     let url = format!("{base}/apis/authentication.k8s.io/v1/selfsubjectreviews");
     let bearer = format!("Authorization: Bearer {token}");
-    let out = support::tool::run(
-        std::path::Path::new("curl"),
+    let out = curl_without_cert(
+        cp,
         &[
-            "-sS",
             "--fail-with-body",
-            "--cacert",
-            &cp.arg("ca.crt"),
             "-H",
             &bearer,
             "-H",
@@ -774,7 +771,6 @@ fn who_is(cp: &ControlPlane, base: &str, token: &str) -> Value {
             review,
             &url,
         ],
-        None,
     );
     out.json()["status"]["userInfo"].clone()
 }
@@ -866,18 +862,15 @@ fn cluster_mode_against_kube_apiserver() {
     cp.kubectl_in(&["apply", "-f", "-"], grant).ok();
     let as_robot = |method: &str, path: &str| {
         let url = format!("{}{path}", a.url);
-        support::tool::run(
-            std::path::Path::new("curl"),
+        curl_without_cert(
+            &cp,
             &[
-                "-sS",
                 "-o",
                 "/dev/stderr",
                 "-w",
                 "%{http_code}",
                 "-X",
                 method,
-                "--cacert",
-                &cp.arg("ca.crt"),
                 "-H",
                 &bearer,
                 "-H",
@@ -886,7 +879,6 @@ fn cluster_mode_against_kube_apiserver() {
                 "{}",
                 &url,
             ],
-            None,
         )
     };
     let list = as_robot(
@@ -1461,26 +1453,9 @@ fn an_authorization_config_kube_apiserver_takes_decides_the_same_in_apigw() {
 
     // Without credentials: anonymous at /apis (then refused by authorization, not 401),
     // 401 anywhere else, through both.
-    let ca = cp.arg("ca.crt");
     let anonymous = |base: &str, path: &str| {
         let url = format!("{base}{path}");
-        let ran = support::tool::run(
-            std::path::Path::new("curl"),
-            &[
-                "-sS",
-                "--max-time",
-                "20",
-                "--cacert",
-                &ca,
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                &url,
-            ],
-            None,
-        );
-        ran.stdout()
+        curl_without_cert(&cp, &["-o", "/dev/null", "-w", "%{http_code}", &url]).stdout()
     };
     for (path, want) in [
         ("/apis", "403"),

@@ -350,23 +350,20 @@ pub fn free_port() -> u16 {
 /// curl as `user` (a client certificate from the cluster CA), trusting the cluster CA; prints
 /// the body, fails on HTTP errors (`--fail-with-body`).
 pub fn curl(cp: &ControlPlane, user: &str, args: &[&str]) -> Ran {
-    let (ca, crt, key) = (
-        cp.arg("ca.crt"),
+    let (crt, key) = (
         cp.arg(&format!("{user}.crt")),
         cp.arg(&format!("{user}.key")),
     );
-    let mut all = vec![
-        "-sS",
-        "--fail-with-body",
-        "--max-time",
-        "20",
-        "--cacert",
-        &ca,
-        "--cert",
-        &crt,
-        "--key",
-        &key,
-    ];
+    let mut all = vec!["--fail-with-body", "--cert", &crt, "--key", &key];
+    all.extend(args);
+    curl_without_cert(cp, &all)
+}
+
+/// curl trusting the cluster CA and presenting no client certificate (a bearer token in
+/// `args`, or no credentials at all); prints the body.
+pub fn curl_without_cert(cp: &ControlPlane, args: &[&str]) -> Ran {
+    let ca = cp.arg("ca.crt");
+    let mut all = vec!["-sS", "--max-time", "20", "--cacert", &ca];
     all.extend(args);
     run(Path::new("curl"), &all, None)
 }
