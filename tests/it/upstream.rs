@@ -1033,6 +1033,25 @@ fn helm() -> std::path::PathBuf {
     std::path::PathBuf::from(out.lines().last().unwrap_or_default().trim())
 }
 
+/// The chart rendered by `helm template` as `release` in `namespace` with its `ci/<values>`.
+fn render_chart(release: &str, values: &str, namespace: &str) -> String {
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw");
+    support::tool::run(
+        &helm(),
+        &[
+            "template",
+            release,
+            &chart.display().to_string(),
+            "-f",
+            &chart.join("ci").join(values).display().to_string(),
+            "--namespace",
+            namespace,
+        ],
+        None,
+    )
+    .ok()
+}
+
 /// 3e: the Helm chart, rendered with its default values and in cluster mode, applied to the
 /// real kube-apiserver in namespaces that enforce PodSecurity `restricted`: every object is
 /// admitted without a warning, and the Deployment's pod passes the enforcing admission (a
@@ -1040,8 +1059,6 @@ fn helm() -> std::path::PathBuf {
 #[test]
 fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() {
     let cp = ControlPlane::start(&["-sample=false", "-register=false"]);
-    let helm = helm();
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw");
     for (release, values) in [
         ("gw-default", "default-values.yaml"),
         ("gw-cluster", "cluster-values.yaml"),
@@ -1051,20 +1068,7 @@ fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() 
             .map(|mode| format!("pod-security.kubernetes.io/{mode}: restricted"))
             .join(", ");
         cp.kubectl_in(&["apply", "-f", "-"], &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels: {{{labels}}}\n")).ok();
-        let rendered = support::tool::run(
-            &helm,
-            &[
-                "template",
-                release,
-                &chart.display().to_string(),
-                "-f",
-                &chart.join("ci").join(values).display().to_string(),
-                "--namespace",
-                &ns,
-            ],
-            None,
-        )
-        .ok();
+        let rendered = render_chart(release, values, &ns);
         let applied = cp.kubectl_in(&["apply", "-f", "-"], &rendered);
         let out = applied.ok();
         let warnings = String::from_utf8_lossy(&applied.out.stderr).into_owned();
@@ -1119,24 +1123,9 @@ fn the_helm_chart_is_admitted_by_kube_apiserver_under_pod_security_restricted() 
 #[test]
 fn cluster_mode_with_exactly_the_charts_rbac() {
     let cp = ControlPlane::start(&[]);
-    let helm = helm();
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/apigw");
     let (release, ns) = ("gw", "gw-system");
     cp.kubectl(&["create", "namespace", ns]).ok();
-    let rendered = support::tool::run(
-        &helm,
-        &[
-            "template",
-            release,
-            &chart.display().to_string(),
-            "-f",
-            &chart.join("ci/cluster-values.yaml").display().to_string(),
-            "--namespace",
-            ns,
-        ],
-        None,
-    )
-    .ok();
+    let rendered = render_chart(release, "cluster-values.yaml", ns);
     cp.kubectl_in(&["apply", "-f", "-"], &rendered).ok();
     let modes: Vec<&str> = rendered
         .lines()
