@@ -1211,8 +1211,9 @@ fn cluster_mode_with_exactly_the_charts_rbac() {
     let before = pf_uids(&cp, &kube, "alice", path);
     assert!(
         wait_for(30, || pf_uids(&cp, &gw.url, "alice", path) == before),
-        "apigw does not classify as the cluster: {:?} vs {before:?}",
-        pf_uids(&cp, &gw.url, "alice", path)
+        "apigw does not classify as the cluster: {:?} vs {before:?}; apigw's log:\n{}",
+        pf_uids(&cp, &gw.url, "alice", path),
+        gw.logged()
     );
     cp.kubectl_in(
         &["apply", "-f", "-"],
@@ -1234,8 +1235,9 @@ fn cluster_mode_with_exactly_the_charts_rbac() {
         .ok();
     assert!(
         wait_for(30, || pf_uids(&cp, &gw.url, "alice", path).0 == uid.trim()),
-        "the FlowSchema made with kubectl is not in force at apigw: {:?}",
-        pf_uids(&cp, &gw.url, "alice", path)
+        "the FlowSchema made with kubectl is not in force at apigw: {:?}; apigw's log:\n{}",
+        pf_uids(&cp, &gw.url, "alice", path),
+        gw.logged()
     );
 
     // Nothing refused by the cluster: no 403 from kube-apiserver in apigw's log.
