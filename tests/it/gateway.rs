@@ -171,6 +171,12 @@ async fn cert_identity_reaches_backend_and_spoofed_headers_do_not() {
     assert_eq!(seen["target"], format!("{ECHO}?x=1&y=%2F&z=a+b"));
     assert_eq!(a.seen("host"), ["good-svc.good-ns.svc:443"]);
     assert_eq!(a.headers["x-backend"], "echo");
+    // The client is told its impersonation was set aside.
+    let warning = a.headers["warning"].to_str().unwrap();
+    assert!(
+        warning.starts_with("299 - \"Impersonate-* headers ignored"),
+        "{warning}"
+    );
 }
 
 #[tokio::test]

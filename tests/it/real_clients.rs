@@ -52,8 +52,24 @@ async fn kubectl_works_through_the_gateway() {
         table.starts_with("NAME") && table.contains("my-flunder"),
         "{table}"
     );
-    let deleted = d.kubectl(&["delete", "fl", "my-flunder", "-n", "x"]).await;
-    assert!(deleted.contains("deleted"), "{deleted}");
+    // This door leaves authorization to the backends (AlwaysAllow first): `--as` is set
+    // aside, and kubectl shows the gateway's Warning saying so.
+    let as_mallory = d
+        .try_kubectl(&["get", "fl", "my-flunder", "-n", "x", "--as", "mallory"])
+        .await;
+    assert!(as_mallory.ok, "{}", as_mallory.stderr);
+    assert!(
+        as_mallory
+            .stderr
+            .contains("Warning: Impersonate-* headers ignored"),
+        "{}",
+        as_mallory.stderr
+    );
+    let deleted = d
+        .try_kubectl(&["delete", "fl", "my-flunder", "-n", "x"])
+        .await;
+    assert!(deleted.stdout.contains("deleted"), "{}", deleted.stderr);
+    assert!(!deleted.stderr.contains("Warning"), "{}", deleted.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,8 @@
 //! impersonation (a gateway left open must not let anyone become anyone). Where the chain
 //! starts with it (the door leaves authorization to the backends, the dev default) the headers
 //! are removed and the request goes on as the real user, as the outside contract has it; where
-//! it comes later, it has no opinion on impersonation. The headers never reach a backend.
+//! it comes later, it has no opinion on impersonation. The headers never reach a backend, and
+//! a client whose headers were set aside is told so in a `Warning` (kubectl prints it).
 //! Upstream's associated-node mode (a node's service account impersonating its node) is not
 //! offered.
 
@@ -122,13 +123,13 @@ pub async fn apply(
     real: Identity,
     headers: &HeaderMap,
     request: &Attributes,
-) -> Result<Identity, Status> {
+) -> Result<Applied, Status> {
     let Some(wanted) = wanted(headers)? else {
-        return Ok(real);
+        return Ok(Applied::Real(real));
     };
     if authz.left_to_backends() && !super::is_master(&real) {
         tracing::debug!(user = %real.user, "impersonation headers removed: the door leaves authorization to the backends");
-        return Ok(real);
+        return Ok(Applied::Ignored(real));
     }
     let mut first: Option<Status> = None;
     for mode in [
@@ -140,7 +141,7 @@ pub async fn apply(
         match mode.check(authz, &real, &wanted, request).await {
             Ok(Some(identity)) => {
                 tracing::debug!(real = %real.user, as_user = %identity.user, mode = mode.verb(), "impersonating");
-                return Ok(identity);
+                return Ok(Applied::As(identity));
             }
             Ok(None) => {}
             Err(refused) => {
@@ -150,6 +151,22 @@ pub async fn apply(
     }
     Err(first.unwrap_or_else(|| Status::forbidden("all impersonation modes failed")))
 }
+
+/// What the `Impersonate-*` headers made of a request's identity.
+#[derive(Debug)]
+pub enum Applied {
+    /// No impersonation asked for: the real identity.
+    Real(Identity),
+    /// Asked for where the door leaves authorization to the backends: set aside, the request
+    /// goes on as the real identity.
+    Ignored(Identity),
+    /// Granted: the identity to act as.
+    As(Identity),
+}
+
+/// The `Warning` a client whose impersonation was set aside receives (RFC 7234's code 299,
+/// as kube-apiserver writes its warnings).
+pub const IGNORED_WARNING: &str = "299 - \"Impersonate-* headers ignored: this door leaves authorization to the backends (AlwaysAllow first), which grants no impersonation\"";
 
 /// One of upstream's impersonation modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -467,7 +484,10 @@ subjects: [{kind: User, name: helper}]
         who: &str,
         pairs: &[(&str, &str)],
     ) -> Result<Identity, Status> {
-        apply(authz, user(who), &headers(pairs), &get_flunder()).await
+        let applied = apply(authz, user(who), &headers(pairs), &get_flunder()).await?;
+        Ok(match applied {
+            Applied::Real(id) | Applied::Ignored(id) | Applied::As(id) => id,
+        })
     }
 
     #[tokio::test]
@@ -549,10 +569,12 @@ subjects: [{kind: User, name: helper}]
     async fn always_allow_grants_no_impersonation_and_masters_may() {
         // First in the chain: the door decides nothing, and the headers are removed.
         let open = Authorizer::new(vec![AuthzMode::AlwaysAllow], None).unwrap();
-        let id = ask(&open, "alice", &[("impersonate-user", "mallory")])
-            .await
-            .unwrap();
-        assert_eq!(id.user, "alice");
+        let mallory = headers(&[("impersonate-user", "mallory")]);
+        let applied = apply(&open, user("alice"), &mallory, &get_flunder()).await;
+        assert!(
+            matches!(&applied, Ok(Applied::Ignored(id)) if id.user == "alice"),
+            "{applied:?}"
+        );
         // Later in the chain: no opinion on impersonation, so it is refused, saying why.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
@@ -570,15 +592,17 @@ subjects: [{kind: User, name: helper}]
             err.message()
         );
         let root = Identity::new("root", vec![MASTERS.into()]);
-        let id = apply(
+        let applied = apply(
             &open,
             root,
             &headers(&[("impersonate-user", "carol")]),
             &get_flunder(),
         )
-        .await
-        .unwrap();
-        assert_eq!(id.user, "carol");
+        .await;
+        assert!(
+            matches!(&applied, Ok(Applied::As(id)) if id.user == "carol"),
+            "{applied:?}"
+        );
     }
 
     #[tokio::test]

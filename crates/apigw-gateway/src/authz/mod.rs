@@ -29,6 +29,7 @@ use apigw_core::errors::Status;
 use apigw_core::reload::{Reload, Watched};
 use arc_swap::ArcSwap;
 use http::HeaderMap;
+use impersonation::Applied;
 use rbac::Policy;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -78,12 +79,17 @@ pub struct ChainDecision {
     pub errors: Vec<String>,
 }
 
-/// A request allowed: the identity it acts as and, when impersonating, the real one.
+/// Who a request acts as: the identity and, when impersonating, the real one; `warning` is
+/// the `Warning` header the client gets when its impersonation headers were set aside.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admitted {
+pub struct Acting {
     pub identity: Identity,
     pub real: Option<Identity>,
+    pub warning: Option<&'static str>,
 }
+
+/// A request allowed, and who it acts as.
+pub type Admitted = Acting;
 
 /// A request turned away: who it was, when known, and the answer.
 #[derive(Debug)]
@@ -318,42 +324,46 @@ impl Authorizer {
         headers: &HeaderMap,
         a: &Attributes,
     ) -> Result<Admitted, Refused> {
-        let (identity, real) = self.impersonate(real, headers, a).await?;
-        self.authorize_as(identity, real, a).await
+        let acting = self.impersonate(real, headers, a).await?;
+        self.authorize_as(acting, a).await
     }
 
-    /// Applies impersonation to the authenticated identity `real`: the identity the request
-    /// acts as, and the real one when it differs.
+    /// Applies impersonation to the authenticated identity `real`: who the request acts as.
     pub async fn impersonate(
         &self,
         real: Identity,
         headers: &HeaderMap,
         a: &Attributes,
-    ) -> Result<(Identity, Option<Identity>), Refused> {
+    ) -> Result<Acting, Refused> {
+        let acting = |identity, real, warning| Acting {
+            identity,
+            real,
+            warning,
+        };
         // Without Impersonate-* headers (nearly always) the real identity is used as it is,
         // neither cloned nor compared.
         if !impersonation::requested(headers) {
-            return Ok((real, None));
+            return Ok(acting(real, None, None));
         }
-        let identity = match Box::pin(impersonation::apply(self, real.clone(), headers, a)).await {
-            Ok(identity) => identity,
-            Err(status) => return Err(Refused::of(real, status)),
-        };
-        let real = (identity != real).then_some(real);
-        Ok((identity, real))
+        match Box::pin(impersonation::apply(self, real.clone(), headers, a)).await {
+            Ok(Applied::Real(real)) => Ok(acting(real, None, None)),
+            Ok(Applied::Ignored(real)) => {
+                Ok(acting(real, None, Some(impersonation::IGNORED_WARNING)))
+            }
+            Ok(Applied::As(identity)) => {
+                let real = (identity != real).then_some(real);
+                Ok(acting(identity, real, None))
+            }
+            Err(status) => Err(Refused::of(real, status)),
+        }
     }
 
-    /// Authorizes `a` for `identity` (acting for `real`, when impersonating).
-    pub async fn authorize_as(
-        &self,
-        identity: Identity,
-        real: Option<Identity>,
-        a: &Attributes,
-    ) -> Result<Admitted, Refused> {
-        let decision = self.decide(&identity, a).await;
-        match refusal(&identity, a, decision) {
-            None => Ok(Admitted { identity, real }),
-            Some(status) => Err(Refused::of(identity, status)),
+    /// Authorizes `acting`'s request `a`.
+    pub async fn authorize_as(&self, acting: Acting, a: &Attributes) -> Result<Admitted, Refused> {
+        let decision = self.decide(&acting.identity, a).await;
+        match refusal(&acting.identity, a, decision) {
+            None => Ok(acting),
+            Some(status) => Err(Refused::of(acting.identity, status)),
         }
     }
 
@@ -595,7 +605,8 @@ mod tests {
             admitted,
             Admitted {
                 identity: alice,
-                real: None
+                real: None,
+                warning: None,
             }
         );
         assert_eq!(calls(&asked), 0);

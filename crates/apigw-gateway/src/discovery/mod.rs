@@ -286,12 +286,7 @@ pub fn negotiate(headers: &HeaderMap, aggregated: bool) -> Option<Form> {
 
 /// Serves one of `forms` (indexed by [`Form`]); `forms` has one entry for legacy-only documents.
 pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Result<Response<Body>, Status> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Err(Status::method_not_allowed(format!(
-            "{} is not supported on discovery documents",
-            req.method()
-        )));
-    }
+    readable(req)?;
     let Some(form) = negotiate(req.headers(), forms.len() > 1) else {
         let offered = if forms.len() > 1 {
             format!("{JSON}, {V2}")
@@ -302,7 +297,22 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Result<Response<Body>, Statu
             "only the following media types are accepted: {offered}"
         )));
     };
-    let doc = &forms[form as usize];
+    Ok(respond(req, &forms[form as usize]))
+}
+
+/// Documents are read with GET and HEAD only.
+pub fn readable<B>(req: &Request<B>) -> Result<(), Status> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Err(Status::method_not_allowed(format!(
+            "{} is not supported on discovery documents",
+            req.method()
+        )));
+    }
+    Ok(())
+}
+
+/// `doc`, or 304 when the client's `If-None-Match` names it.
+pub fn respond<B>(req: &Request<B>, doc: &Doc) -> Response<Body> {
     let matches = req
         .headers()
         .get_all(header::IF_NONE_MATCH)
@@ -326,7 +336,7 @@ pub fn serve<B>(req: &Request<B>, forms: &[Doc]) -> Result<Response<Body>, Statu
     h.insert(header::ETAG, doc.etag.clone());
     h.insert(header::VARY, HeaderValue::from_static("Accept"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
-    Ok(res)
+    res
 }
 
 #[cfg(test)]

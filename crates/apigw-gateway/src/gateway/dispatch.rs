@@ -88,7 +88,7 @@ impl Gateway {
                 }
                 Ok(res)
             }
-            Route::OpenApiV2 => discovery::serve(&req, &[(*self.openapi.v2()).clone()]),
+            Route::OpenApiV2 => self.openapi.v2().serve(&req),
             Route::OpenApiV3 => discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
             Route::Metrics => Ok(self.metrics_response()),
             Route::FlowDump(dump) => match &self.flow {

@@ -135,12 +135,21 @@ impl Gateway {
         let mut record = self.record(&req, info, &route, permit);
         let apiservice = route.apiservice().map(|s| s.name.as_str());
         let (admitted, pf) = self.admit(&req, peer, &record.info, apiservice).await;
+        let mut warning = None;
         let result = match admitted {
             Err(refused) => {
                 record.identity = refused.identity.map(|b| *b);
                 Err(refused.status)
             }
-            Ok((Admitted { identity, real }, flow)) => {
+            Ok((
+                Admitted {
+                    identity,
+                    real,
+                    warning: w,
+                },
+                flow,
+            )) => {
+                warning = w;
                 record.real = real;
                 record.flow = flow;
                 let identity = &*record.identity.insert(identity);
@@ -168,6 +177,14 @@ impl Gateway {
             }
         };
         let mut res = render(result);
+        // Not on what caches keep for every later request (discovery: kubectl's disk cache
+        // would replay the warning to requests that impersonate no one).
+        if let Some(w) =
+            warning.filter(|_| !res.headers().contains_key(http::header::CACHE_CONTROL))
+        {
+            res.headers_mut()
+                .append(http::header::WARNING, http::HeaderValue::from_static(w));
+        }
         match (&record.flow, &pf) {
             (Some(ticket), _) => ticket.apply(res.headers_mut()),
             (None, Some(pf)) => pf.apply(res.headers_mut()),
@@ -202,14 +219,14 @@ impl Gateway {
                 .impersonate(real, req.headers(), &info.attrs)
                 .await
         };
-        let (identity, real) = match admitted.await {
-            Ok(both) => both,
+        let acting = match admitted.await {
+            Ok(acting) => acting,
             Err(refused) => return (Err(refused), None),
         };
         // Long-running requests but watches bypass APF, as upstream's.
         let flow = match (&self.flow, info.kind) {
             (Some(flow), RequestKind::Short | RequestKind::Watch) => {
-                flow.admit(&identity, &info.attrs, apiservice).await
+                flow.admit(&acting.identity, &info.attrs, apiservice).await
             }
             _ => None,
         };
@@ -218,12 +235,12 @@ impl Gateway {
             Some(Ok(ticket)) => Some(ticket),
             Some(Err(rejected)) => {
                 return (
-                    Err(Refused::of(identity, rejected.status)),
+                    Err(Refused::of(acting.identity, rejected.status)),
                     Some(rejected.headers),
                 )
             }
         };
-        match self.authz.authorize_as(identity, real, &info.attrs).await {
+        match self.authz.authorize_as(acting, &info.attrs).await {
             Ok(admitted) => (Ok((admitted, ticket)), None),
             Err(refused) => (Err(refused), ticket.as_ref().map(Ticket::headers)),
         }

@@ -11,8 +11,11 @@ import (
 	"strconv"
 	"strings"
 
+	openapi_v2 "github.com/google/gnostic-models/openapiv2"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/client-go/kubernetes/scheme"
+	openapiproto "k8s.io/kube-openapi/pkg/util/proto"
 	"sigs.k8s.io/yaml"
 )
 
@@ -97,8 +100,8 @@ func mediaType(t string) string {
 }
 
 // decode turns a body into plain values by its media type: JSON (a watch stream is a list of
-// its events), YAML, CBOR and Kubernetes protobuf (through client-go's scheme); anything
-// else is its text.
+// its events), YAML, CBOR, Kubernetes protobuf (through client-go's scheme) and OpenAPI v2
+// protobuf (gnostic's, as YAML); anything else is its text.
 func decode(a Answer) (any, error) {
 	base, _, _ := mime.ParseMediaType(a.Type)
 	switch {
@@ -145,6 +148,21 @@ func decode(a Answer) (any, error) {
 			return nil, fmt.Errorf("protobuf as JSON: %w", err)
 		}
 		return decode(Answer{Type: "application/json", Body: j})
+	case base == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf":
+		// What client-go's OpenAPISchema() reads: gnostic's Document, then kube-openapi's v2
+		// models (kubectl's explain and validation) built from it.
+		doc := &openapi_v2.Document{}
+		if err := proto.Unmarshal(a.Body, doc); err != nil {
+			return nil, fmt.Errorf("OpenAPI v2 protobuf: %w", err)
+		}
+		if _, err := openapiproto.NewOpenAPIData(doc); err != nil {
+			return nil, fmt.Errorf("OpenAPI v2 models: %w", err)
+		}
+		y, err := doc.YAMLValue("")
+		if err != nil {
+			return nil, fmt.Errorf("OpenAPI v2 protobuf as YAML: %w", err)
+		}
+		return decode(Answer{Type: "application/yaml", Body: y})
 	case base == "text/plain" && json.Valid(a.Body):
 		// Go's http.ServeContent names a JSON document text/plain by sniffing it; the media
 		// type is compared apart, the document as what it is.

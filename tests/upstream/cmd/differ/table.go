@@ -45,7 +45,8 @@ type Row struct {
 	// Deliberate, when set, is why the doors answer differently; the row must then differ.
 	Deliberate string `json:"deliberate"`
 	// At narrows a deliberate difference to these places: JSON pointers into the body (`*`
-	// for any key or index; a place covers what is under it), `status` or `Content-Type`.
+	// for any key or index; a place covers what is under it; `/` the whole body), `status`
+	// or `Content-Type`.
 	// Everything else must still agree, and each place listed must still differ.
 	At []string `json:"at"`
 }
@@ -63,7 +64,7 @@ func (r Row) expected(d string) bool {
 
 // covers reports whether the place pattern at (segments, "*" for any) is place or above it.
 func covers(at, place string) bool {
-	if at == place {
+	if at == place || (at == "/" && (place == "" || strings.HasPrefix(place, "/"))) {
 		return true
 	}
 	if !strings.HasPrefix(at, "/") || !strings.HasPrefix(place, "/") {

@@ -2,7 +2,8 @@
 //! (`--delegate-url`, first, as upstream merges its local specs first) and every APIService's
 //! part of its backend's spec ([`v2`]), and `/openapi/v3`, the index of per group-version
 //! documents (`apis/<group>/<version>` and the group's `apis/<group>`) whose documents are
-//! proxied from the APIService's backend (the delegate's entries from the delegate). Specs are
+//! proxied from the APIService's backend (the delegate's entries from the delegate). `/openapi/v2`
+//! is also served as protobuf ([`protobuf`]), encoded when first asked for. Specs are
 //! fetched as the gateway
 //! itself, once per distinct backend, on registry and availability changes and every minute;
 //! a backend that cannot answer keeps its last good spec.
@@ -11,13 +12,18 @@ use super::Doc;
 use crate::availability::Availability;
 use crate::proxy::{Backend, Proxy};
 use crate::registry::{ApiService, Registry};
+use apigw_core::body::Body;
+use apigw_core::errors::Status;
+use apigw_core::meta;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
+use http::{Request, Response};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+pub mod protobuf;
 pub mod v2;
 
 const REFRESH: Duration = Duration::from_secs(60);
@@ -33,10 +39,81 @@ struct Fetched {
     v3: Option<(Arc<Value>, Option<String>)>,
 }
 
+/// The merged `/openapi/v2`: its JSON, and its protobuf once a client asked for it.
+#[derive(Debug)]
+pub struct V2 {
+    json: Doc,
+    protobuf: OnceLock<Doc>,
+}
+
+impl V2 {
+    fn new(json: Doc) -> Self {
+        Self {
+            json,
+            protobuf: OnceLock::new(),
+        }
+    }
+
+    /// The protobuf form, with the JSON form's ETag (kube-openapi's; `Vary: Accept` keeps
+    /// caches apart).
+    fn protobuf(&self) -> &Doc {
+        self.protobuf.get_or_init(|| {
+            let value = serde_json::from_slice::<Value>(&self.json.bytes).unwrap_or_default();
+            Doc {
+                bytes: protobuf::document(&value).into(),
+                etag: self.json.etag.clone(),
+                content_type: protobuf::MEDIA_TYPE,
+            }
+        })
+    }
+
+    /// Answers a request for `/openapi/v2` in the form its `Accept` names, as kube-openapi's
+    /// handler chooses: ranges by quality, the more specific first among equals; JSON for a
+    /// wildcard or no `Accept`; 406 when nothing offered is accepted.
+    pub fn serve<B>(&self, req: &Request<B>) -> Result<Response<Body>, Status> {
+        super::readable(req)?;
+        let mut ranges: Vec<(f32, u8, &str)> = meta::accept_ranges(req.headers())
+            .filter_map(|r| {
+                let media = r.split(';').next().unwrap_or_default().trim();
+                let q = meta::range_param(r, "q").map_or(Some(1.0), |q| q.parse::<f32>().ok())?;
+                let specific = match media.split_once('/') {
+                    Some(("*", _)) => 0,
+                    Some((_, "*")) => 1,
+                    _ => 2,
+                };
+                (q > 0.0).then_some((q, specific, media))
+            })
+            .collect();
+        if ranges.is_empty() {
+            ranges.push((1.0, 0, "*/*"));
+        }
+        ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        for (_, _, media) in ranges {
+            let media = media.to_ascii_lowercase();
+            match media.as_str() {
+                "application/json" | "application/*" | "*/*" => {
+                    return Ok(super::respond(req, &self.json))
+                }
+                PROTOBUF_DEPRECATED | protobuf::MEDIA_TYPE => {
+                    return Ok(super::respond(req, self.protobuf()))
+                }
+                _ => {}
+            }
+        }
+        Err(Status::not_acceptable(format!(
+            "only the following media types are accepted: {JSON}, {}",
+            protobuf::MEDIA_TYPE
+        )))
+    }
+}
+
+/// The spelling of the protobuf media type clients send (kube-openapi accepts both).
+const PROTOBUF_DEPRECATED: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
 /// The merged documents.
 #[derive(Debug)]
 pub struct OpenApi {
-    v2: ArcSwap<Doc>,
+    v2: ArcSwap<V2>,
     v3: ArcSwap<Doc>,
     fetched: Mutex<HashMap<String, Fetched>>,
     /// The registry generation the last merge read, and the one the availability round before
@@ -48,7 +125,7 @@ impl Default for OpenApi {
     /// Empty documents until the first merge.
     fn default() -> Self {
         Self {
-            v2: ArcSwap::from_pointee(Doc::new(&merge_v2(std::iter::empty()), JSON)),
+            v2: ArcSwap::from_pointee(V2::new(Doc::new(&merge_v2(std::iter::empty()), JSON))),
             v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty(), None), JSON)),
             fetched: Mutex::default(),
             merged: tokio::sync::watch::Sender::new((0, 0)),
@@ -60,7 +137,7 @@ const JSON: &str = "application/json";
 
 impl OpenApi {
     /// `/openapi/v2`.
-    pub fn v2(&self) -> Arc<Doc> {
+    pub fn v2(&self) -> Arc<V2> {
         self.v2.load_full()
     }
 
@@ -185,15 +262,14 @@ impl OpenApi {
                 .and_then(|f| f.v3.as_ref())
                 .map(|(v, _)| v.as_ref()),
         );
-        store(&self.v2, &v2);
-        store(&self.v3, &v3);
-    }
-}
-
-fn store(slot: &ArcSwap<Doc>, value: &Value) {
-    let doc = Doc::new(value, JSON);
-    if slot.load().bytes != doc.bytes {
-        slot.store(Arc::new(doc));
+        let v2 = Doc::new(&v2, JSON);
+        if self.v2.load().json.bytes != v2.bytes {
+            self.v2.store(Arc::new(V2::new(v2)));
+        }
+        let v3 = Doc::new(&v3, JSON);
+        if self.v3.load().bytes != v3.bytes {
+            self.v3.store(Arc::new(v3));
+        }
     }
 }
 
