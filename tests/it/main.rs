@@ -18,6 +18,7 @@ mod differential;
 mod discovery;
 mod doctor;
 mod early;
+mod fairness;
 mod faults;
 mod gateway;
 mod hardening;

@@ -4,6 +4,7 @@
 //! answer, every refused request is a 429 `kind: Status` (or its connection is closed before any
 //! answer), nothing panics, and once the load stops requests are served at full speed again.
 
+use crate::support::binary::{self, Killed};
 use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
@@ -20,16 +21,6 @@ const SLOW: &str = "/apis/a.example.com/v1/namespaces/n/things/slow";
 const FAST: &str = "/apis/a.example.com/v1/namespaces/n/things/x";
 const LOAD: Duration = Duration::from_secs(8);
 
-/// The gateway process, killed when the test ends however it ends.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `rounds` requests one after another, each on a new connection: how long they took.
 async fn paced(w: &World, addr: std::net::SocketAddr, rounds: usize) -> Duration {
     let alice = w.client(Some("alice"));
@@ -44,26 +35,14 @@ async fn paced(w: &World, addr: std::net::SocketAddr, rounds: usize) -> Duration
 async fn ten_times_the_fds_and_the_in_flight_limit() {
     apigw_core::server::raise_fd_limit();
     let (w, echo) = World::with_a().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let p = |n: &str| w.pki.path(n).display().to_string();
+    let port = binary::free_port();
     let log = w.pki.path("apigw.log");
     // `ulimit -n` sets the hard limit too, so apigw cannot raise it.
     let child = Command::new("sh")
         .arg("-c")
         .arg(format!("ulimit -n {FDS} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_apigw"))
-        .args(["serve", "--bind-address", "127.0.0.1"])
-        .args(["--secure-port", &port.to_string()])
-        .args(["--tls-cert-file", &p("serving.crt")])
-        .args(["--tls-private-key-file", &p("serving.key")])
-        .args(["--client-ca-file", &p("client-ca.crt")])
-        .args(["--proxy-client-cert-file", &p("proxy-client.crt")])
-        .args(["--proxy-client-key-file", &p("proxy-client.key")])
-        .args(["--apiservice-dir", &p("apiservices")])
-        .args(["--resolve", &format!("a-svc.a-ns.svc:443={}", echo.addr)])
+        .args(binary::serve_args(&w, echo.addr, port))
         .args(["--max-requests-inflight", &IN_FLIGHT.to_string()])
         .arg("--enable-priority-and-fairness=false")
         .env("RUST_LOG", "warn")

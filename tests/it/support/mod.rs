@@ -665,6 +665,9 @@ async fn echo(
     } else if path.ends_with("/slow") {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         Response::new(full(entry.to_string()))
+    } else if path.ends_with("/pause") {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        Response::new(full(entry.to_string()))
     } else if path.ends_with("/redirect") {
         let mut r = Response::new(full("moved"));
         *r.status_mut() = http::StatusCode::FOUND;

@@ -334,9 +334,11 @@ section! {
             display_order = 38
         )]
         pub enable_priority_and_fairness: Option<bool> = "enablePriorityAndFairness",
-        /// With API Priority and Fairness, the percentage of each priority level's seats one
-        /// APIService's requests may hold, so a stalled backend cannot take them all (1 to
-        /// 100; 100: no cap) [default: 50].
+        /// With API Priority and Fairness, each APIService's share of a priority level's
+        /// seats, in percent of the level's nominal seats: past it, its requests borrow idle
+        /// seats only while no other party's request waits and half of what the share leaves
+        /// to the others stays free, so a stalled backend cannot take them all (1 to 100; 100:
+        /// no share) [default: 50].
         #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
         pub max_apiservice_seats_percent: Option<u32> = "maxApiserviceSeatsPercent",
         /// With API Priority and Fairness, FlowSchemas and PriorityLevelConfigurations (v1

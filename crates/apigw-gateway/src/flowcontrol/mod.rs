@@ -10,8 +10,9 @@
 //! ([`borrowing`]). The configuration is upstream's mandatory and suggested set ([`config`]).
 //! Every request takes one seat: upstream's estimate for an aggregated API's requests, whose
 //! object counts and watchers it does not know, and neither does apigw. Beyond upstream,
-//! one APIService's requests may hold only a share of each level's seats, so a backend that
-//! stops answering cannot take the seats the other backends' requests need.
+//! each APIService has a share of each level's seats, a condition of dispatch from the fair
+//! queues ([`queueset`]): alone, an APIService borrows past it, but a backend that stops
+//! answering cannot take the seats the other backends' requests start with.
 
 pub mod borrowing;
 pub mod classify;
@@ -27,7 +28,7 @@ use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
 pub use metrics::FlowMetrics;
 use metrics::SchemaMetrics;
-use queueset::{Mode, QueueSet, Reason, Seat, ShareHeld, Start, Tag};
+use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -448,10 +449,6 @@ impl FlowControl {
         let (schema, user, hash) = self.classify(id, a)?;
         let level = &schema.level;
         let arrived = Instant::now();
-        // When its wait ends, should it have to wait.
-        let deadline = || tokio::time::Instant::from(arrived + self.wait_limit);
-        // Whether it waited, for its APIService's share or in a queue.
-        let mut waited = false;
         let tag = Tag {
             schema: schema.at,
             distinguisher: schema.config.distinguisher,
@@ -460,43 +457,32 @@ impl FlowControl {
             arrived,
         };
         let m = &schema.metrics;
-        let started = match level.set.start(hash, 1, tag, arrived, apiservice) {
-            Ok(started) => started,
-            // Its APIService's requests hold their share: it waits in line (within the same
-            // limit) for one of their seats, which is then handed to it.
-            Err(ShareHeld { tag, mut wait }) => {
-                waited = true;
-                if !wait.until(deadline()).await {
-                    let reason = Reason::ApiServiceLimit;
-                    return Some(Err(self.refuse(schema, reason, true, arrived)));
-                }
-                level.set.start_handed(wait, hash, tag, Instant::now())
-            }
-        };
-        let outcome = match started {
-            Start::Run(seat) => Ok(seat),
+        // The seat and whether it waited in a queue for it; or why not, and whether it waited.
+        let outcome = match level.set.start(hash, 1, tag, arrived, apiservice) {
+            Start::Run(seat) => Ok((seat, false)),
             Start::Rejected(reason) => Err((reason, false)),
             Start::Queued {
                 id: waiter,
                 queue,
                 rx,
             } => {
-                waited = true;
                 m.inqueue.inc();
-                let waited = tokio::time::timeout_at(deadline(), rx).await;
+                let deadline = tokio::time::Instant::from(arrived + self.wait_limit);
+                let waited = tokio::time::timeout_at(deadline, rx).await;
                 m.inqueue.dec();
                 match waited {
-                    Ok(Ok(seat)) => Ok(seat),
-                    // Not dispatched within the wait limit: out of the queue.
+                    Ok(Ok(seat)) => Ok((seat, true)),
+                    // Not dispatched within the wait limit: out of the queue, refused for
+                    // its APIService's share when the level had the seats.
                     _ => {
-                        level.set.cancel(queue, waiter);
-                        Err((Reason::TimeOut, true))
+                        let reason = level.set.cancel(queue, waiter);
+                        Err((reason.unwrap_or(Reason::TimeOut), true))
                     }
                 }
             }
         };
         match outcome {
-            Ok(seat) => {
+            Ok((seat, waited)) => {
                 // How long it waited; nothing when it was dispatched as it arrived.
                 m.dispatched(waited.then(|| arrived.elapsed().as_secs_f64()));
                 m.executing.inc();

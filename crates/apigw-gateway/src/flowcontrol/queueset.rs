@@ -6,10 +6,15 @@
 //! queue with the earliest virtual finish time goes next (round-robin on ties), each request
 //! costing its seats times a nominal 3 ms of virtual time, so a flow that sends more waits
 //! longer and the others do not. The level's limit moves as it borrows and lends seats
-//! ([`super::borrowing`]); its seat demand is integrated here, where it changes. Beyond
-//! upstream, one APIService's requests may hold only `share_cap` of the level's seats: the
-//! others wait outside the queues, first come first served: a seat of theirs given back is
-//! handed to the longest waiter, whom a request arriving meanwhile cannot overtake.
+//! ([`super::borrowing`]); its seat demand is integrated here, where it changes.
+//!
+//! Beyond upstream, each APIService has a share of the level, `share_cap` seats, applied as a
+//! condition of dispatch: a request past its APIService's share waits in its queue like any
+//! other, and fair queuing picks the earliest-finishing request that may start. Past its share
+//! an APIService may still borrow idle seats, while no other party's request that could start
+//! waits and a reserve (half of what the share leaves to the others) stays free for
+//! newcomers: alone on its level, a busy backend uses all but the reserve, while a backend whose
+//! requests hang can never take the seats another one starts with.
 
 use super::borrowing::{Demand, Observed};
 use super::classify::{card, deal, hand_len};
@@ -109,37 +114,22 @@ struct State {
     rejected: u64,
     /// Each APIService's share of the level, by its slot in `shares`.
     share_of: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
-    /// The shares, at slots that stay put while a request holds or waits for the share;
-    /// None: free for the next APIService.
+    /// The shares, at slots that stay put while a request holds seats of the share or waits
+    /// for them; None: free for the next APIService.
     shares: Vec<Option<Share>>,
     /// The slot of the share found last.
     last_share: usize,
-    /// Share waits so far: each one's id.
-    next_share_wait: u64,
+    /// Seats the waiting requests of no APIService need.
+    unshared_waiting: usize,
 }
 
-/// One APIService's share of the level.
+/// One APIService's part of the level.
 struct Share {
     name: Arc<str>,
-    /// Seats its requests hold: queued requests' included, and those handed to a waiter.
+    /// Seats its executing requests hold.
     held: usize,
-    /// Its requests waiting for some of those seats, the longest waiting first.
-    waiters: VecDeque<ShareWaiter>,
-}
-
-impl Share {
-    /// Whether `seats` more fit under `cap` (a request wider than the cap runs alone).
-    fn fits(&self, seats: usize, cap: usize) -> bool {
-        self.held + seats <= cap || self.held == 0
-    }
-}
-
-/// A request waiting for seats of its APIService's share.
-struct ShareWaiter {
-    id: u64,
-    seats: usize,
-    /// Told when the seats are handed to it: they are then held on its behalf.
-    tx: oneshot::Sender<()>,
+    /// Seats its waiting requests need.
+    waiting: usize,
 }
 
 /// A request executing (or about to): what the dump shows, and what it gives back.
@@ -162,7 +152,7 @@ struct Queue {
 struct Waiter {
     id: u64,
     seats: usize,
-    /// Its APIService's share, which it holds already.
+    /// Its APIService's share.
     share: Option<usize>,
     tag: Tag,
     /// Receives the seat once dispatched: a seat sent to a request that has gone is dropped
@@ -200,7 +190,9 @@ impl Seat {
             if let Some(q) = self.queue.and_then(|q| st.queues.get_mut(q)) {
                 q.executing = q.executing.saturating_sub(1);
             }
-            st.give_share_back(self.share, self.seats, self.set.cap());
+            if let Some(share) = st.share_mut(self.share) {
+                share.held = share.held.saturating_sub(self.seats);
+            }
             let unwanted = match st.waiting_seats {
                 0 => Vec::new(),
                 _ => self.set.dispatch(&mut st),
@@ -233,65 +225,6 @@ pub enum Start {
     Rejected(Reason),
 }
 
-/// A request whose APIService's requests hold their share of the level: it starts with
-/// [`QueueSet::start_handed`] once `wait` ends well.
-pub struct ShareHeld {
-    pub tag: Tag,
-    pub wait: ShareWait,
-}
-
-/// A request in line for seats of its APIService's share. It joined the line before the
-/// level's lock was released, so no seat given back passes it by; seats handed to it that it
-/// does not use (it gave up, or went) go to the next in line.
-pub struct ShareWait {
-    set: Arc<QueueSet>,
-    share: usize,
-    id: u64,
-    seats: usize,
-    rx: oneshot::Receiver<()>,
-    /// Whether it was told that the seats are its own.
-    handed: bool,
-    /// Whether a request started with them.
-    used: bool,
-}
-
-impl ShareWait {
-    /// Waits until the share's seats are handed to it (true) or `deadline` passes (false).
-    pub async fn until(&mut self, deadline: tokio::time::Instant) -> bool {
-        // Its answer came already: a finished channel is not waited on again.
-        if self.rx.is_terminated() {
-            return self.handed;
-        }
-        let told = tokio::time::timeout_at(deadline, &mut self.rx).await;
-        self.handed = matches!(told, Ok(Ok(())));
-        self.handed
-    }
-}
-
-impl Drop for ShareWait {
-    fn drop(&mut self) {
-        if self.used {
-            return;
-        }
-        let cap = self.set.cap();
-        let mut st = self.set.lock();
-        if !self.handed {
-            if let Some(Some(share)) = st.shares.get_mut(self.share) {
-                if let Some(at) = share.waiters.iter().position(|w| w.id == self.id) {
-                    share.waiters.remove(at);
-                    return;
-                }
-            }
-            // Out of the line: handed its seats after it stopped waiting, or not at all.
-            if self.rx.try_recv().is_err() {
-                return;
-            }
-        }
-        // Its seats, unused: they go to the next in line.
-        st.give_share_back(Some(self.share), self.seats, cap);
-    }
-}
-
 /// A snapshot of a level for the debug dump.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -312,10 +245,10 @@ impl State {
         self.demand.set(demand, now);
     }
 
-    /// `apiservice`'s share and its slot, made when it has none. The slot found last is
+    /// The slot of `apiservice`'s share, made when it has none. The slot found last is
     /// tried first: a level's requests mostly go to the same APIService as the one before,
     /// and so need no hashing of its name.
-    fn share_slot(&mut self, apiservice: &str) -> (usize, &mut Share) {
+    fn share_slot(&mut self, apiservice: &str) -> usize {
         let last = self.last_share;
         let known = match self.shares.get(last) {
             Some(Some(share)) if *share.name == *apiservice => Some(last),
@@ -334,32 +267,72 @@ impl State {
             }
         };
         self.last_share = at;
-        let share = self.shares[at].get_or_insert_with(|| Share {
+        self.shares[at].get_or_insert_with(|| Share {
             name: apiservice.into(),
             held: 0,
-            waiters: VecDeque::new(),
+            waiting: 0,
         });
-        (at, share)
+        at
     }
 
-    /// Gives `seats` of share `at` back, handing what is free of the share's `cap` to its
-    /// waiters in line while the first one's seats fit (a waiter that has gone is skipped).
-    fn give_share_back(&mut self, at: Option<usize>, seats: usize, cap: usize) {
-        let Some(Some(share)) = at.and_then(|at| self.shares.get_mut(at)) else {
-            return;
-        };
-        share.held = share.held.saturating_sub(seats);
-        while let Some(next) = share.waiters.front() {
-            if !share.fits(next.seats, cap) {
-                return;
-            }
-            let Some(next) = share.waiters.pop_front() else {
-                return;
-            };
-            if next.tx.send(()).is_ok() {
-                share.held += next.seats;
-            }
+    fn share_mut(&mut self, at: Option<usize>) -> Option<&mut Share> {
+        self.shares.get_mut(at?)?.as_mut()
+    }
+
+    /// Whether the level has `seats` free (a request wider than the whole level runs alone).
+    fn fits(&self, seats: usize) -> bool {
+        if seats > self.limit {
+            return self.executing == 0;
         }
+        self.seats_in_use + seats <= self.limit
+    }
+
+    /// Whether a request of share `at` needing `seats` may take them as far as its share is
+    /// concerned: within the share's `cap` (a request wider than the cap runs alone), or past
+    /// it while no other party's request that could start waits and, after it, the reserve
+    /// stays free.
+    fn share_allows(&self, at: Option<usize>, seats: usize, cap: usize) -> bool {
+        let Some(share) = at.and_then(|at| self.shares.get(at)?.as_ref()) else {
+            return true;
+        };
+        if share.held + seats <= cap || share.held == 0 {
+            return true;
+        }
+        let reserve = self.limit.saturating_sub(cap) / 2;
+        self.seats_in_use + seats + reserve <= self.limit && !self.others_could_start(at, cap)
+    }
+
+    /// Whether a request of another party than share `me` waits and could start as far as
+    /// its own share is concerned: one of no APIService, or of an APIService within its share.
+    fn others_could_start(&self, me: Option<usize>, cap: usize) -> bool {
+        self.unshared_waiting > 0
+            || self.shares.iter().enumerate().any(|(at, share)| {
+                Some(at) != me
+                    && share
+                        .as_ref()
+                        .is_some_and(|s| s.waiting > 0 && s.held < cap)
+            })
+    }
+
+    /// Whether a request of share `at` needing `seats` may start now.
+    fn may_start(&self, at: Option<usize>, seats: usize, cap: usize) -> bool {
+        self.fits(seats) && self.share_allows(at, seats, cap)
+    }
+
+    /// Counts `seats` more (or, `waits` false, fewer) waiting for share `at`.
+    fn count_waiting(&mut self, at: Option<usize>, seats: usize, waits: bool) {
+        let counter = match self.share_mut(at) {
+            Some(share) => &mut share.waiting,
+            None => &mut self.unshared_waiting,
+        };
+        *counter = match waits {
+            true => *counter + seats,
+            false => counter.saturating_sub(seats),
+        };
+        self.waiting_seats = match waits {
+            true => self.waiting_seats + seats,
+            false => self.waiting_seats.saturating_sub(seats),
+        };
     }
 }
 
@@ -391,7 +364,7 @@ impl QueueSet {
                 share_of: HashMap::default(),
                 shares: Vec::new(),
                 last_share: 0,
-                next_share_wait: 0,
+                unshared_waiting: 0,
             }),
         })
     }
@@ -417,10 +390,7 @@ impl QueueSet {
         let mut st = self.lock();
         let st = &mut *st;
         for slot in &mut st.shares {
-            if slot
-                .as_ref()
-                .is_some_and(|s| s.held == 0 && s.waiters.is_empty())
-            {
+            if slot.as_ref().is_some_and(|s| s.held == 0 && s.waiting == 0) {
                 if let Some(gone) = slot.take() {
                     st.share_of.remove(&gone.name);
                 }
@@ -438,7 +408,7 @@ impl QueueSet {
     }
 
     /// Starts a request of flow `hash` needing `seats`, for `apiservice`'s backend if any;
-    /// the level's demand changes at `now` (the request's arrival, unless it waited before).
+    /// the level's demand changes at `now` (the request's arrival).
     pub fn start(
         self: &Arc<Self>,
         hash: u64,
@@ -446,19 +416,10 @@ impl QueueSet {
         tag: Tag,
         now: Instant,
         apiservice: Option<&str>,
-    ) -> Result<Start, ShareHeld> {
+    ) -> Start {
         let mut st = self.lock();
         let share = match (self.share_cap, apiservice) {
-            (Some(cap), Some(name)) => {
-                let (at, share) = st.share_slot(name);
-                // Behind those in line, or beyond the cap: in line.
-                if share.waiters.is_empty() && share.fits(seats, cap) {
-                    share.held += seats;
-                    Some(at)
-                } else {
-                    return Err(self.share_wait(&mut st, at, seats, tag));
-                }
-            }
+            (Some(_), Some(name)) => Some(st.share_slot(name)),
             _ => None,
         };
         // Without a wait, it starts as it arrives.
@@ -469,77 +430,14 @@ impl QueueSet {
             started: tag.arrived,
             tag,
         };
-        Ok(self.start_holding(st, hash, running, now))
-    }
-
-    /// Puts a request needing `seats` in share `at`'s line.
-    fn share_wait(
-        self: &Arc<Self>,
-        st: &mut State,
-        at: usize,
-        seats: usize,
-        tag: Tag,
-    ) -> ShareHeld {
-        st.next_share_wait += 1;
-        let id = st.next_share_wait;
-        let (tx, rx) = oneshot::channel();
-        if let Some(Some(share)) = st.shares.get_mut(at) {
-            share.waiters.push_back(ShareWaiter { id, seats, tx });
-        }
-        let wait = ShareWait {
-            set: self.clone(),
-            share: at,
-            id,
-            seats,
-            rx,
-            handed: false,
-            used: false,
-        };
-        ShareHeld { tag, wait }
-    }
-
-    /// Starts a request whose wait for its APIService's share ended with the share's seats
-    /// handed to it ([`ShareWait::until`] was true); the level's demand changes at `now`.
-    pub fn start_handed(
-        self: &Arc<Self>,
-        mut wait: ShareWait,
-        hash: u64,
-        tag: Tag,
-        now: Instant,
-    ) -> Start {
-        debug_assert!(wait.handed, "started without the share's seats");
-        wait.used = true;
-        let running = Running {
-            queue: None,
-            seats: wait.seats,
-            share: Some(wait.share),
-            started: now,
-            tag,
-        };
-        self.start_holding(self.lock(), hash, running, now)
-    }
-
-    /// [`QueueSet::start`] of a request that holds its share, if it has one.
-    fn start_holding(
-        self: &Arc<Self>,
-        mut st: std::sync::MutexGuard<'_, State>,
-        hash: u64,
-        running: Running,
-        now: Instant,
-    ) -> Start {
-        let (share, seats) = (running.share, running.seats);
         let (started, unwanted) = self.start_locked(&mut st, hash, running, now);
-        if let Start::Rejected(_) = started {
-            st.give_share_back(share, seats, self.cap());
-        }
         drop(st);
         // Seats their requests no longer wanted: given back, outside the lock.
         drop(unwanted);
-        let Start::Queued { id, queue, rx } = started else {
+        let Start::Queued { id, queue, mut rx } = started else {
             return started;
         };
         // Through its queue, as upstream: dispatched at once when a seat was free.
-        let mut rx = rx;
         match rx.try_recv() {
             Ok(seat) => Start::Run(seat),
             Err(_) => Start::Queued { id, queue, rx },
@@ -551,8 +449,8 @@ impl QueueSet {
         self.share_cap.unwrap_or(usize::MAX)
     }
 
-    /// [`QueueSet::start`] once the request holds its share; also the seats dispatched to
-    /// requests that have gone, to be given back once the lock is released.
+    /// [`QueueSet::start`] under the lock; also the seats dispatched to requests that have
+    /// gone, to be given back once the lock is released.
     fn start_locked(
         self: &Arc<Self>,
         st: &mut State,
@@ -560,13 +458,18 @@ impl QueueSet {
         running: Running,
         now: Instant,
     ) -> (Start, Vec<Seat>) {
-        let seats = running.seats;
+        let (seats, share, cap) = (running.seats, running.share, self.cap());
         let start = match self.mode {
             Mode::Exempt => Start::Run(self.run(st, running, now)),
-            Mode::Reject if Self::fits(st, seats) => Start::Run(self.run(st, running, now)),
+            Mode::Reject if st.may_start(share, seats, cap) => {
+                Start::Run(self.run(st, running, now))
+            }
             Mode::Reject => {
                 st.rejected += 1;
-                Start::Rejected(Reason::ConcurrencyLimit)
+                Start::Rejected(match st.fits(seats) {
+                    true => Reason::ApiServiceLimit,
+                    false => Reason::ConcurrencyLimit,
+                })
             }
             Mode::Queue {
                 queues,
@@ -577,9 +480,8 @@ impl QueueSet {
                     st.rejected += 1;
                     return (Start::Rejected(Reason::QueueFull), Vec::new());
                 };
-                if st.seats_in_use >= st.limit
-                    && st.queues[chosen].waiting.len() >= queue_length_limit
-                {
+                let may_start = st.waiting_seats == 0 && st.may_start(share, seats, cap);
+                if !may_start && st.queues[chosen].waiting.len() >= queue_length_limit {
                     st.rejected += 1;
                     return (Start::Rejected(Reason::QueueFull), Vec::new());
                 }
@@ -589,9 +491,9 @@ impl QueueSet {
                     // An idle queue starts at the present, not with credit from its past.
                     q.next = q.next.max(virtual_now);
                 }
-                if st.waiting_seats == 0 && Self::fits(st, seats) {
-                    // Nothing waits and a seat is free: dispatch would pick this request
-                    // from its queue at once; do so without the round trip.
+                if may_start {
+                    // Nothing waits and it may start: dispatch would pick this request from
+                    // its queue at once; do so without the round trip.
                     let seat = self.begin(st, chosen, running, now);
                     st.note_demand(now);
                     return (Start::Run(seat), Vec::new());
@@ -602,11 +504,11 @@ impl QueueSet {
                 st.queues[chosen].waiting.push_back(Waiter {
                     id,
                     seats,
-                    share: running.share,
+                    share,
                     tag: running.tag,
                     tx,
                 });
-                st.waiting_seats += seats;
+                st.count_waiting(share, seats, true);
                 let unwanted = self.dispatch(st);
                 st.note_demand(now);
                 let queued = Start::Queued {
@@ -642,35 +544,34 @@ impl QueueSet {
         in_order.map(|&q| usize::from(q)).min_by_key(|&q| work(q))
     }
 
-    /// Takes a waiter out of its queue (its wait ended); false when it was dispatched first.
-    pub fn cancel(&self, queue: usize, id: u64) -> bool {
-        let mut st = self.lock();
-        let Some(q) = st.queues.get_mut(queue) else {
-            return false;
+    /// Takes a waiter out of its queue (its wait ended): why it never started, its
+    /// APIService's share when the level had its seats; None when it was dispatched first.
+    pub fn cancel(self: &Arc<Self>, queue: usize, id: u64) -> Option<Reason> {
+        let (reason, unwanted) = {
+            let mut st = self.lock();
+            let q = st.queues.get_mut(queue)?;
+            let at = q.waiting.iter().position(|w| w.id == id)?;
+            let waiter = q.waiting.remove(at)?;
+            let reason = match st.fits(waiter.seats) {
+                true => Reason::ApiServiceLimit,
+                false => Reason::TimeOut,
+            };
+            st.count_waiting(waiter.share, waiter.seats, false);
+            st.rejected += 1;
+            // Its going may let another APIService borrow past its share.
+            let unwanted = self.dispatch(&mut st);
+            st.note_demand(Instant::now());
+            (reason, unwanted)
         };
-        let Some(at) = q.waiting.iter().position(|w| w.id == id) else {
-            return false;
-        };
-        let Some(waiter) = q.waiting.remove(at) else {
-            return false;
-        };
-        st.waiting_seats = st.waiting_seats.saturating_sub(waiter.seats);
-        st.give_share_back(waiter.share, waiter.seats, self.cap());
-        st.rejected += 1;
-        st.note_demand(Instant::now());
-        true
-    }
-
-    fn fits(st: &State, seats: usize) -> bool {
-        // A request wider than the whole level runs alone.
-        if seats > st.limit {
-            return st.executing == 0;
-        }
-        st.seats_in_use + seats <= st.limit
+        drop(unwanted);
+        Some(reason)
     }
 
     fn run(self: &Arc<Self>, st: &mut State, running: Running, now: Instant) -> Seat {
         let (queue, seats, share) = (running.queue, running.seats, running.share);
+        if let Some(held) = st.share_mut(share) {
+            held.held += seats;
+        }
         st.seats_in_use += seats;
         st.executing += 1;
         st.dispatched += 1;
@@ -697,12 +598,14 @@ impl QueueSet {
         }
     }
 
-    /// Dispatches waiting requests while seats are free: each time, the head of the
-    /// non-empty queue with the earliest virtual finish, round-robin on ties.
+    /// Dispatches waiting requests while seats are free: each time, of the queues whose head
+    /// may start as far as its APIService's share is concerned, the one with the earliest
+    /// virtual finish, round-robin on ties.
     /// Returns the seats of waiters that had gone, to be dropped once the lock is released.
     #[must_use]
     fn dispatch(self: &Arc<Self>, st: &mut State) -> Vec<Seat> {
         let mut unwanted = Vec::new();
+        let cap = self.cap();
         loop {
             if st.waiting_seats == 0 {
                 return unwanted;
@@ -715,6 +618,9 @@ impl QueueSet {
                 let Some(head) = queue.waiting.front() else {
                     continue;
                 };
+                if !st.share_allows(head.share, head.seats, cap) {
+                    continue;
+                }
                 let finish = queue.next + head.seats as f64 * SERVICE;
                 if best.is_none_or(|(_, f)| finish < f) {
                     best = Some((q, finish));
@@ -724,13 +630,13 @@ impl QueueSet {
                 return unwanted;
             };
             let seats = st.queues[q].waiting.front().map_or(1, |w| w.seats);
-            if !Self::fits(st, seats) {
+            if !st.fits(seats) {
                 return unwanted;
             }
             let Some(waiter) = st.queues[q].waiting.pop_front() else {
                 return unwanted;
             };
-            st.waiting_seats = st.waiting_seats.saturating_sub(seats);
+            st.count_waiting(waiter.share, seats, false);
             let now = Instant::now();
             let running = Running {
                 queue: None,
@@ -833,18 +739,33 @@ mod tests {
 
     /// A request of flow `hash` for no APIService.
     fn start(set: &Arc<QueueSet>, hash: u64) -> Start {
-        match set.start(hash, 1, tag(), Instant::now(), None) {
-            Ok(started) => started,
-            Err(_) => panic!("no APIService, no share"),
-        }
+        set.start(hash, 1, tag(), Instant::now(), None)
     }
 
-    fn queue_mode(queues: usize, hand_size: usize, limit: usize) -> Mode {
-        let _ = limit;
+    /// A request of flow `hash` for `apiservice`.
+    fn start_for(set: &Arc<QueueSet>, hash: u64, apiservice: &str) -> Start {
+        set.start(hash, 1, tag(), Instant::now(), Some(apiservice))
+    }
+
+    fn queue_mode(queues: usize, hand_size: usize, queue_length_limit: usize) -> Mode {
         Mode::Queue {
             queues,
             hand_size,
-            queue_length_limit: 3,
+            queue_length_limit,
+        }
+    }
+
+    fn run(started: Start) -> Seat {
+        match started {
+            Start::Run(seat) => seat,
+            _ => panic!("did not start at once"),
+        }
+    }
+
+    fn queued(started: Start) -> (u64, usize, oneshot::Receiver<Seat>) {
+        match started {
+            Start::Queued { id, queue, rx } => (id, queue, rx),
+            _ => panic!("did not queue"),
         }
     }
 
@@ -875,7 +796,7 @@ mod tests {
     /// flow's request is served next, not after all of the first's.
     #[tokio::test]
     async fn fair_queuing_serves_the_quiet_flow_before_the_noisy_ones_backlog() {
-        let set = QueueSet::new(queue_mode(8, 1, 1), 1, None);
+        let set = QueueSet::new(queue_mode(8, 1, 3), 1, None);
         let Start::Run(first) = start(&set, 0) else {
             panic!("a free seat runs at once")
         };
@@ -907,7 +828,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_only_when_every_seat_is_taken() {
-        let set = QueueSet::new(queue_mode(1, 1, 1), 1, None);
+        let set = QueueSet::new(queue_mode(1, 1, 3), 1, None);
         let Start::Run(_running) = start(&set, 0) else {
             panic!("a free seat runs at once")
         };
@@ -918,102 +839,92 @@ mod tests {
         assert!(matches!(start(&set, 0), Start::Rejected(Reason::QueueFull)));
         // A waiter that gives up leaves room.
         if let Some(Start::Queued { id, queue, .. }) = waiting.pop() {
-            assert!(set.cancel(queue, id));
+            assert_eq!(set.cancel(queue, id), Some(Reason::TimeOut));
         }
         assert!(matches!(start(&set, 0), Start::Queued { .. }));
     }
 
-    /// A share's seats go to its waiters first come first served: a seat given back is
-    /// handed to the longest waiter, and a request arriving meanwhile waits behind it. A
-    /// waiter that gives up leaves the line; one handed a seat it does not use passes it to
-    /// the next; one past its deadline gets none, and gives back a seat handed to it before it
-    /// was dropped. Other APIServices' requests run meanwhile.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_shares_seats_go_to_its_waiters_in_order() {
-        let set = QueueSet::new(queue_mode(8, 2, 10), 10, Some(1));
-        let started = |service: &str| set.start(1, 1, tag(), Instant::now(), Some(service));
-        let later = || tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        let share = |set: &QueueSet| {
-            let st = set.lock();
-            let at = st.share_of.get("a").copied().unwrap_or(usize::MAX);
-            st.shares
-                .get(at)
-                .and_then(Option::as_ref)
-                .map(|s| (s.held, s.waiters.len()))
-        };
-        let run = |started: Start| match started {
-            Start::Run(seat) => seat,
-            _ => panic!("a free level seat runs at once"),
-        };
-        // Waits in line; ends with whether it was handed the seats, and the wait.
-        let in_line = |started: Result<Start, ShareHeld>| match started {
-            Err(ShareHeld { mut wait, tag }) => tokio::spawn(async move {
-                let handed = wait.until(later()).await;
-                (handed, wait, tag)
-            }),
-            Ok(_) => panic!("the share is held"),
-        };
-        let first = run(started("a").unwrap_or_else(|_| panic!("a free share")));
-        let mut b = in_line(started("a"));
-        let c = in_line(started("a"));
-        assert_eq!(share(&set), Some((1, 2)));
-        let other = started("b").map(run);
-        assert!(other.is_ok(), "another APIService's request runs");
-        drop(other);
-
-        // The seat given back goes to b, the first in line: it stays held, for b.
-        drop(first);
-        let (handed, mut wait, tag) = (&mut b).await.expect("b's wait");
-        assert!(handed, "b was handed the seat");
-        assert!(wait.until(later()).await, "asked again, b still has it");
-        assert_eq!(share(&set), Some((1, 1)), "held for b; c still waits");
-        assert!(!c.is_finished(), "c waits behind b");
-        // A request arriving now does not overtake c.
-        let d = in_line(started("a"));
-        assert_eq!(share(&set), Some((1, 2)));
-        let second = run(set.start_handed(wait, 1, tag, Instant::now()));
-
-        // A waiter that gives up leaves the line.
-        let gone = in_line(started("a"));
-        assert_eq!(share(&set), Some((1, 3)));
-        gone.abort();
-        assert!(gone.await.is_err_and(|e| e.is_cancelled()));
-        assert_eq!(
-            share(&set),
-            Some((1, 2)),
-            "the dropped waiter is out of line"
+    /// Past its share, an APIService's requests wait in their queues, and fair queuing picks
+    /// among them: a quiet flow goes before a noisy flow's backlog, instead of behind it.
+    #[test]
+    fn past_its_share_a_quiet_flow_goes_before_a_noisy_backlog() {
+        // 4 seats, a share of 2, a reserve of 1: alone, "a" may hold 3.
+        let set = QueueSet::new(queue_mode(8, 1, 10), 4, Some(2));
+        let noisy: Vec<Seat> = (0..3).map(|_| run(start_for(&set, 0, "a"))).collect();
+        let backlog: Vec<_> = (0..5).map(|_| queued(start_for(&set, 0, "a"))).collect();
+        let (_, quiet_queue, mut quiet) = queued(start_for(&set, 5, "a"));
+        assert_ne!(
+            quiet_queue, backlog[0].1,
+            "the flows are in different queues"
         );
+        assert_eq!(set.snapshot().seats_in_use, 3, "the reserve stays free");
+        let mut noisy = noisy.into_iter();
+        drop(noisy.next());
+        let went = quiet.try_recv();
+        assert!(went.is_ok(), "the quiet flow went first");
+        assert_eq!(set.snapshot().seats_in_use, 3);
+        assert_eq!(set.snapshot().waiting, 5, "the backlog still waits");
+    }
 
-        // c is handed the next seat but does not use it: it passes to d.
-        drop(second);
-        let waited = std::time::Duration::from_secs(5);
-        let c = tokio::time::timeout(waited, c).await.expect("c within 5 s");
-        let (handed, unused, _) = c.expect("c's wait");
-        assert!(handed, "c was handed the seat");
-        drop(unused);
-        let d = tokio::time::timeout(waited, d).await.expect("d within 5 s");
-        let (handed, wait, tag) = d.expect("d's wait");
-        assert!(handed, "c's unused seat went to d");
-        assert_eq!(share(&set), Some((1, 0)));
-        let third = run(set.start_handed(wait, 1, tag, Instant::now()));
+    /// Alone on its level, an APIService borrows past its share all but the reserve; a
+    /// request that then times out is refused for the share, the level having had the seats.
+    #[test]
+    fn alone_an_apiservice_uses_all_but_the_reserve() {
+        // 10 seats, a share of 5, a reserve of (10 - 5) / 2 = 2.
+        let set = QueueSet::new(queue_mode(8, 1, 10), 10, Some(5));
+        let running: Vec<Seat> = (0..8).map(|_| run(start_for(&set, 1, "a"))).collect();
+        let (id, queue, _rx) = queued(start_for(&set, 1, "a"));
+        assert_eq!(set.cancel(queue, id), Some(Reason::ApiServiceLimit));
+        // Requests of no APIService, and of another within its share, take the reserve.
+        let other = run(start(&set, 2));
+        let b = run(start_for(&set, 3, "b"));
+        assert_eq!(set.snapshot().seats_in_use, 10);
+        drop((running, other, b));
+        // Without a share, nothing is kept back.
+        let uncapped = QueueSet::new(queue_mode(8, 1, 10), 10, None);
+        let all: Vec<Seat> = (0..10).map(|_| run(start_for(&uncapped, 1, "a"))).collect();
+        assert_eq!(all.len(), 10);
+    }
 
-        // Past its deadline, a waiter gets nothing.
-        let Err(ShareHeld { mut wait, .. }) = started("a") else {
-            panic!("the share is held")
-        };
-        let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
-        assert!(!wait.until(soon).await, "past its deadline");
-        // In line until dropped: a seat given back meanwhile is handed to it, and its drop
-        // gives the seat back.
-        drop(third);
-        assert_eq!(
-            share(&set),
-            Some((1, 0)),
-            "handed to the waiter that gave up"
+    /// Two backends: "s" hangs and holds what it borrowed; "f" still starts at once on the
+    /// reserve, and while one of f's requests waits, s starts no more; seats given back go
+    /// to f, and among f's flows, the quiet one goes before the noisy one's backlog.
+    #[test]
+    fn a_stalled_backend_never_takes_the_seats_another_starts_with() {
+        let set = QueueSet::new(queue_mode(16, 1, 10), 10, Some(5));
+        let _stalled: Vec<Seat> = (0..8).map(|_| run(start_for(&set, 1, "s"))).collect();
+        let (_, _, mut s_more) = queued(start_for(&set, 1, "s"));
+        let f1 = run(start_for(&set, 2, "f"));
+        let _f2 = run(start_for(&set, 2, "f"));
+        let f_noisy: Vec<_> = (0..3).map(|_| queued(start_for(&set, 2, "f"))).collect();
+        let (_, quiet_queue, mut f_quiet) = queued(start_for(&set, 9, "f"));
+        assert_ne!(
+            quiet_queue, f_noisy[0].1,
+            "the flows are in different queues"
         );
-        drop(wait);
-        assert_eq!(share(&set), Some((0, 0)));
+        drop(f1);
+        assert!(
+            s_more.try_recv().is_err(),
+            "the stalled backend took f's seat"
+        );
+        let went = f_quiet.try_recv();
+        assert!(went.is_ok(), "f's quiet flow went first");
+        assert_eq!(set.snapshot().waiting, 4, "s's one and f's noisy three");
+    }
+
+    /// A level that rejects instead of queuing refuses a request past what its APIService
+    /// may hold (4 seats, a share of 1, a reserve of 1), saying so, while the others' requests
+    /// run.
+    #[test]
+    fn a_reject_level_refuses_past_the_share() {
+        let set = QueueSet::new(Mode::Reject, 4, Some(1));
+        let _a: Vec<Seat> = (0..3).map(|_| run(start_for(&set, 1, "a"))).collect();
+        assert!(matches!(
+            start_for(&set, 1, "a"),
+            Start::Rejected(Reason::ApiServiceLimit)
+        ));
+        let _b = run(start_for(&set, 1, "b"));
         set.prune_shares();
-        assert_eq!(share(&set), None, "forgotten once nothing holds or waits");
+        assert_eq!(set.lock().share_of.len(), 2, "held shares are kept");
     }
 }
