@@ -12,13 +12,13 @@
 //! while one quiet request is in flight. Served next, about one level's worth (the requests
 //! already running finish meanwhile); first come first served, the whole backlog ahead of it.
 
-use crate::support::binary::{self, Killed};
-use crate::support::{eventually, World};
+use crate::support::binary;
+use crate::support::World;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,26 +89,11 @@ async fn a_quiet_user_goes_before_a_noisy_users_backlog_to_the_same_backend() {
     let (w, echo) = World::with_a().await;
     w.pki.leaf("quiet", &w.client_ca, "quiet", &[], &[], false);
     let port = binary::free_port();
-    let log = w.pki.path("apigw.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_apigw"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_apigw"));
+    command
         .args(binary::serve_args(&w, echo.addr, port))
-        .args(SEATS)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let _child = Killed(child);
-    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let up = eventually(20, || async {
-        w.client(None)
-            .try_send(addr, Request::get("/readyz").body(Bytes::new()).unwrap())
-            .await
-            .is_ok_and(|a| a.status == 200)
-    })
-    .await;
-    assert!(up, "{}", std::fs::read_to_string(&log).unwrap_or_default());
+        .args(SEATS);
+    let (_child, addr, _) = binary::serving(&w, command, port).await;
 
     // One busy backend past its share, alone: no request waits.
     let before = waited(&w, addr).await;

@@ -4,13 +4,13 @@
 //! answer, every refused request is a 429 `kind: Status` (or its connection is closed before any
 //! answer), nothing panics, and once the load stops requests are served at full speed again.
 
-use crate::support::binary::{self, Killed};
+use crate::support::binary;
 use crate::support::{eventually, World};
 use bytes::Bytes;
 use http::Request;
 use rustls::pki_types::ServerName;
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,32 +36,17 @@ async fn ten_times_the_fds_and_the_in_flight_limit() {
     apigw_core::server::raise_fd_limit();
     let (w, echo) = World::with_a().await;
     let port = binary::free_port();
-    let log = w.pki.path("apigw.log");
     // `ulimit -n` sets the hard limit too, so apigw cannot raise it.
-    let child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg(format!("ulimit -n {FDS} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_apigw"))
         .args(binary::serve_args(&w, echo.addr, port))
         .args(["--max-requests-inflight", &IN_FLIGHT.to_string()])
-        .arg("--enable-priority-and-fairness=false")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        .arg("--enable-priority-and-fairness=false");
+    let (mut child, addr, log) = binary::serving(&w, command, port).await;
     let anonymous = w.client(None);
-    let up = eventually(20, || async {
-        anonymous
-            .try_send(addr, Request::get("/readyz").body(Bytes::new()).unwrap())
-            .await
-            .is_ok_and(|a| a.status == 200)
-    })
-    .await;
-    assert!(up, "{}", std::fs::read_to_string(&log).unwrap_or_default());
     let before = paced(&w, addr, 30).await;
 
     let stop = Arc::new(AtomicBool::new(false));

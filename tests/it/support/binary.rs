@@ -3,10 +3,11 @@
 
 pub use apigw_testrun::{refused, run_program, text, wait_for};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Output;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
-use super::World;
+use super::{eventually, World};
+use bytes::Bytes;
 
 /// Runs apigw with `args` (in `dir` when given), as [`run_program`] does.
 pub fn run(dir: Option<&Path>, args: &[&str]) -> Output {
@@ -57,4 +58,31 @@ pub fn serve_args(w: &World, backend: SocketAddr, port: u16) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec()
+}
+
+/// Starts `command`, an `apigw serve` of [`serve_args`] on `port`, with `RUST_LOG=warn` and its
+/// standard error in `w`'s `apigw.log`, and waits up to 20 s for `/readyz`; panics with the
+/// log when it is not ready by then. The process, its address and the log's path.
+pub async fn serving(w: &World, mut command: Command, port: u16) -> (Killed, SocketAddr, PathBuf) {
+    let log = w.pki.path("apigw.log");
+    let child = command
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("the log file"))
+        .spawn()
+        .expect("apigw starts");
+    let child = Killed(child);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let anonymous = w.client(None);
+    let up = eventually(20, || async {
+        let probe = http::Request::get("/readyz").body(Bytes::new());
+        anonymous
+            .try_send(addr, probe.expect("a request"))
+            .await
+            .is_ok_and(|a| a.status == 200)
+    })
+    .await;
+    assert!(up, "{}", std::fs::read_to_string(&log).unwrap_or_default());
+    (child, addr, log)
 }
