@@ -740,10 +740,11 @@ async fn stalled_backend(pki: &std::path::Path) -> std::net::SocketAddr {
     addr
 }
 
-/// Beyond upstream: one APIService's requests hold at most half of a level's seats. With a
-/// backend that stopped answering and five requests stuck on it, the other APIService's
-/// requests on the same level still succeed; the stalled one's requests past its share wait
-/// for it, then get 429, and those holding a seat end at the request timeout.
+/// Beyond upstream: each APIService has a share of a level, and past it borrows only while a
+/// reserve stays free. With a backend that stopped answering and five requests stuck on it,
+/// the other APIService's requests on the same level still succeed on the reserve; the stalled
+/// one's requests past what it may hold wait, then get 429, and those holding a seat end at
+/// the request timeout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
     let (dir, pki) = dev_pki();
@@ -803,12 +804,8 @@ async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
         .iter()
         .filter(|(code, _, _)| *code == StatusCode::TOO_MANY_REQUESTS)
         .collect();
-    assert_eq!(
-        refused.len(),
-        3,
-        "{:?}",
-        stuck.iter().map(|s| s.0).collect::<Vec<_>>()
-    );
+    let codes: Vec<_> = stuck.iter().map(|s| s.0).collect();
+    assert!(!refused.is_empty(), "{codes:?}");
     for (_, headers, body) in &refused {
         assert!(headers.contains_key(header::RETRY_AFTER));
         assert!(
@@ -819,13 +816,12 @@ async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
             "{body}"
         );
     }
-    assert_eq!(
-        stuck
-            .iter()
-            .filter(|(code, _, _)| *code == StatusCode::GATEWAY_TIMEOUT)
-            .count(),
-        2
-    );
+    // Those holding a seat: at least its share of 2, and the reserve kept free.
+    let held = stuck
+        .iter()
+        .filter(|(code, _, _)| *code == StatusCode::GATEWAY_TIMEOUT)
+        .count();
+    assert!(held >= 2 && held + refused.len() == 5, "{codes:?}");
 }
 
 /// `--flowcontrol-config`: a FlowSchema applied as to a cluster puts the token user in a
