@@ -27,6 +27,7 @@ mod interop_clients;
 mod interop_connections;
 mod jwt;
 mod metrics;
+mod metrics_apis;
 mod ops;
 mod overload;
 mod pool;

@@ -53,6 +53,63 @@ pub struct State {
     pub metrics_host: String,
     #[serde(default)]
     pub metrics_port: u16,
+    /// The two metrics adapters (`-metrics-adapters`; none otherwise).
+    #[serde(default)]
+    pub adapters: Vec<Adapter>,
+}
+
+/// A metrics adapter the launcher started (`tests/upstream/metricsadapter`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Adapter {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// Its custom metrics (`RESOURCE/METRIC=QUANTITY`) and external ones (`METRIC=QUANTITY`).
+    pub custom: Vec<String>,
+    pub external: Vec<String>,
+    /// The file with its three APIServices.
+    pub apiservices: PathBuf,
+    /// Whether kube-apiserver has them (the first adapter's only).
+    pub registered: bool,
+}
+
+/// Upstream's kube-controller-manager with its HorizontalPodAutoscaler controller only,
+/// syncing every second, talking to the cluster through `kubeconfig` (kube-apiserver, or a
+/// front door). Dropping it kills the process.
+pub struct ControllerManager {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl ControllerManager {
+    pub fn start(cp: &ControlPlane, kubeconfig: &Path, name: &str) -> Self {
+        let log = cp.path(&format!("logs/{name}.log"));
+        let child = Command::new(binaries().join("kube-controller-manager"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args([
+                "--controllers=horizontal-pod-autoscaler-controller",
+                "--horizontal-pod-autoscaler-sync-period=1s",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the controller manager's log"))
+            .spawn()
+            .expect("kube-controller-manager starts");
+        Self { child, log }
+    }
+
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A running control plane. Dropping it stops every server and removes its directory.

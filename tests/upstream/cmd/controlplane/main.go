@@ -64,13 +64,15 @@ type State struct {
 	// APIService does; MetricsPort is 0 when it was not started.
 	MetricsHost string `json:"metricsHost"`
 	MetricsPort int    `json:"metricsPort"`
+	// Adapters are the two metrics adapters, when started (-metrics-adapters).
+	Adapters []Adapter `json:"adapters"`
 }
 
 type options struct {
 	dir, bin                       string
 	apiserverPort, samplePort      int
 	sample, register, exitOnEOF    bool
-	metricsServer                  bool
+	metricsServer, metricsAdapters bool
 	readyTimeout                   time.Duration
 	extraAPIServer, extraSampleArg stringList
 	// authorizationConfig replaces --authorization-mode=RBAC when set.
@@ -91,6 +93,7 @@ func main() {
 	flag.IntVar(&o.samplePort, "sample-port", 0, "sample-apiserver's port on 127.0.0.1 (0: a free one)")
 	flag.BoolVar(&o.sample, "sample", true, "start sample-apiserver")
 	flag.BoolVar(&o.metricsServer, "metrics-server", false, "start metrics-server (metrics.k8s.io) too, registered like sample-apiserver")
+	flag.BoolVar(&o.metricsAdapters, "metrics-adapters", false, "start two metrics adapters (custom.metrics.k8s.io, external.metrics.k8s.io) too; kube-apiserver gets the first one's APIServices")
 	flag.BoolVar(&o.register, "register", true, "register sample-apiserver's APIServices in kube-apiserver (its kube-aggregator then serves them)")
 	flag.BoolVar(&o.exitOnEOF, "exit-on-eof", false, "stop when stdin closes (for a parent process that may die)")
 	flag.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long each server may take to become ready")
@@ -113,7 +116,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	for _, sub := range []string{"logs", "apiservices"} {
+	for _, sub := range []string{"logs", "apiservices", "adapters"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}
@@ -123,7 +126,7 @@ func run(o options) error {
 	if err := makePKI(dir, sampleHost, metricsHost); err != nil {
 		return fmt.Errorf("making the PKI in %s: %w", dir, err)
 	}
-	ports, err := freePorts(5)
+	ports, err := freePorts(5 + len(adapters()))
 	if err != nil {
 		return err
 	}
@@ -144,6 +147,13 @@ func run(o options) error {
 	}
 	if o.metricsServer {
 		st.MetricsHost, st.MetricsPort = metricsHost, ports[4]
+	}
+	if o.metricsAdapters {
+		for i, a := range adapters() {
+			a.Host, a.Port = a.host(), ports[5+i]
+			a.APIServices = filepath.Join(dir, "adapters", a.Name+".yaml")
+			st.Adapters = append(st.Adapters, a)
+		}
 	}
 	if err := writeKubeconfig(filepath.Join(dir, "admin.kubeconfig"), st.APIServer, dir, "admin"); err != nil {
 		return err
@@ -255,6 +265,21 @@ func run(o options) error {
 			return err
 		}
 	}
+	if len(st.Adapters) > 0 {
+		ca, err := clientFor(dir, "adapters-ca", "")
+		if err != nil {
+			return err
+		}
+		for _, a := range st.Adapters {
+			url := fmt.Sprintf("https://127.0.0.1:%d", a.Port)
+			if err := start("metricsadapter", getOK(ca, url+"/readyz"), adapterArgs(dir, a)...); err != nil {
+				return fmt.Errorf("%s: %w", a.Name, err)
+			}
+			if err := writeAdapterAPIServices(a.APIServices, f("adapters-ca.crt"), a); err != nil {
+				return err
+			}
+		}
+	}
 	if err := writeAPIServices(f("apiservices/wardle.yaml"), f("wardle-ca.crt"), st.SamplePort); err != nil {
 		return err
 	}
@@ -269,6 +294,14 @@ func run(o options) error {
 			if err := registerService(admin, st.APIServer, metricsNamespace, metricsService, st.MetricsPort, f("apiservices/metrics.yaml")); err != nil {
 				return err
 			}
+		}
+		// One adapter per group version is all kube-aggregator can route: the first.
+		if len(st.Adapters) > 0 {
+			a := &st.Adapters[0]
+			if err := registerService(admin, st.APIServer, adaptersNamespace, a.Name, a.Port, a.APIServices); err != nil {
+				return err
+			}
+			a.Registered = true
 		}
 		st.Registered = true
 	}

@@ -145,6 +145,8 @@ func serviceAccountKeys(dir string) error {
 //	ca                  cluster CA: kube-apiserver's serving certificate and every client certificate
 //	front-proxy-ca      signs the front proxies' client certificates (--requestheader-client-ca-file)
 //	wardle-ca           signs sample-apiserver's serving certificate (the APIService caBundle)
+//	metrics-ca          signs metrics-server's
+//	adapters-ca         signs the metrics adapters'
 func makePKI(dir string, sampleHost, metricsHost string) error {
 	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
 	cluster, err := newAuthority(dir, "ca", "apigw-test-cluster-ca")
@@ -188,6 +190,9 @@ func makePKI(dir string, sampleHost, metricsHost string) error {
 		return err
 	}
 	if err := metrics.issue(dir, leaf{file: "metrics-serving", cn: metricsHost, dns: []string{metricsHost, "localhost"}, ips: loopback, server: true}); err != nil {
+		return err
+	}
+	if err := issueAdapterCerts(dir, loopback); err != nil {
 		return err
 	}
 	return serviceAccountKeys(dir)
