@@ -98,7 +98,7 @@ pub fn check(flags: &Flags) -> ExitCode {
                     let target = s.service.as_ref().map_or("Local".to_string(), |svc| {
                         format!("{}:{}", svc.host(), svc.port)
                     });
-                    println!("ok: APIService {} -> {target}", s.name);
+                    println!("ok: APIService {} -> {target}{}", s.name, policy(&s.policy));
                 }
             }
             Err(problems) => {
@@ -155,4 +155,22 @@ fn files(cfg: &Config) -> Vec<String> {
         }
     }
     problems
+}
+
+/// An APIService's own request policy, as `apigw check` prints it after its target.
+fn policy(p: &apigw_gateway::registry::Policy) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = p.request_timeout {
+        parts.push(format!("request timeout {t:?}"));
+    }
+    if !p.long_running_subresources.is_empty() {
+        parts.push(format!(
+            "long-running subresources {}",
+            p.long_running_subresources.join(", ")
+        ));
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", parts.join("; ")),
+    }
 }

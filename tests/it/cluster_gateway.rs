@@ -134,6 +134,24 @@ async fn a_cluster_mode_gateway_serves_what_the_cluster_says() {
     })
     .await;
     assert!(gone);
+
+    // The APIService's own request timeout, annotated in the cluster, bounds its requests:
+    // the backend answers /slow after 1.5 s, within --request-timeout (60 s), past 300 ms.
+    api.allow("dora", "get", "things");
+    let slow = "/apis/a.example.com/v1/namespaces/n/things/slow";
+    assert_eq!(c.send(gw.addr, dora(slow)).await.status, 200);
+    api.put(json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1.a.example.com", "annotations": {"apigw.dev/request-timeout": "300ms"}},
+        "spec": {"group": "a.example.com", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+                 "service": {"name": "a-svc", "namespace": "a-ns", "port": 443}, "caBundle": bundle}}));
+    let bounded = eventually(10, || async {
+        c.send(gw.addr, dora(slow)).await.status == 504
+    })
+    .await;
+    assert!(
+        bounded,
+        "the cluster's annotation did not bound the request"
+    );
 }
 
 /// Two replicas of the gateway against one cluster: one backend `a-svc.a-ns.svc` serving

@@ -415,6 +415,70 @@ async fn a_slow_backend_gets_a_504_status_after_the_request_timeout() {
     assert_eq!(exempt.status, 200);
 }
 
+/// An APIService's own policy (issue 50, item 4), from its annotations: a request timeout
+/// shorter than `--request-timeout` (60 s here), and a subresource whose requests are
+/// long-running. `apigw check` shows both.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apiservices_annotations_set_its_timeout_and_long_running_subresources() {
+    let (w, echo) = World::with_a().await;
+    let manifest = w.pki.path("apiservices/a.json");
+    let mut obj: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    obj["metadata"]["annotations"] = serde_json::json!({
+        "apigw.dev/request-timeout": "300ms",
+        "apigw.dev/long-running-subresources": "slow, console",
+    });
+    std::fs::write(&manifest, obj.to_string()).unwrap();
+    let checked = crate::support::binary::run(
+        None,
+        &[
+            "check",
+            "--apiservice-dir",
+            &w.pki.path("apiservices").display().to_string(),
+        ],
+    );
+    let printed = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        printed.contains(
+            "ok: APIService v1.a.example.com -> a-svc.a-ns.svc:443 \
+             (request timeout 300ms; long-running subresources slow, console)"
+        ),
+        "{printed}"
+    );
+    let gw = w.gateway(w.config(&[(&echo, echo.addr)])).await;
+    let c = w.client(Some("alice"));
+    // The backend answers /slow after 1.5 s: past the APIService's 300 ms...
+    let st = c
+        .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things/slow")
+        .await
+        .assert_status(504);
+    assert_eq!(st["reason"], "Timeout");
+    // ...unless the request is for a subresource the APIService calls long-running.
+    let streamed = c
+        .get(gw.addr, "/apis/a.example.com/v1/namespaces/n/things/x/slow")
+        .await;
+    assert_eq!(streamed.status, 200, "{:?}", streamed.body);
+    // A problem in an annotation names it, and the last good registry stays.
+    obj["metadata"]["annotations"]["apigw.dev/request-timeout"] = "soon".into();
+    std::fs::write(&manifest, obj.to_string()).unwrap();
+    let checked = crate::support::binary::run(
+        None,
+        &[
+            "check",
+            "--apiservice-dir",
+            &w.pki.path("apiservices").display().to_string(),
+        ],
+    );
+    let printed = String::from_utf8_lossy(&checked.stdout);
+    assert!(!checked.status.success());
+    assert!(
+        printed.contains(
+            "metadata.annotations[apigw.dev/request-timeout]: \"soon\" is not a duration"
+        ),
+        "{printed}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn token_file_and_client_ca_reload_and_a_broken_file_keeps_the_old_one() {
     let Single { w, echo: _echo, gw } = World::single(|_| {}).await;

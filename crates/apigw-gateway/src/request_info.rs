@@ -4,9 +4,11 @@
 //! the access log, metrics and audit record, and the proxy (which connection to the backend a
 //! request takes, whether it is spliced after a `101`, and the `X-Forwarded-*` it carries).
 //! Deciding its kind in one place keeps them from disagreeing: a header that the proxy ignores
-//! cannot make a request long-running.
+//! cannot make a request long-running. The APIService a request goes to may set its own timeout
+//! and long-running subresources ([`Policy`]).
 
 use crate::authz::Attributes;
+use crate::registry::Policy;
 use http::{header, HeaderValue, Request, Version};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -31,7 +33,8 @@ pub struct RequestInfo {
 
 impl RequestInfo {
     /// What `req`, whose path splits into `segments`, from `client` with the validated `host`,
-    /// is; `timeout` bounds it unless it is long-running.
+    /// is; `timeout` bounds it unless it is long-running, or the `policy` of the APIService it
+    /// goes to says otherwise.
     pub fn of<B>(
         req: &Request<B>,
         segments: &[&str],
@@ -39,10 +42,17 @@ impl RequestInfo {
         host: Option<HeaderValue>,
         start: Instant,
         timeout: Duration,
+        policy: Option<&Policy>,
     ) -> Self {
         let uri = req.uri();
         let attrs = Attributes::from_segments(req.method(), uri.path(), segments, uri.query());
-        let kind = RequestKind::of(req, &attrs);
+        let kind = match RequestKind::of(req, &attrs) {
+            RequestKind::Short if policy.is_some_and(|p| p.long_running(&attrs.subresource)) => {
+                RequestKind::Stream
+            }
+            kind => kind,
+        };
+        let timeout = policy.and_then(|p| p.request_timeout).unwrap_or(timeout);
         let deadline = (!kind.long_running())
             .then(|| start.checked_add(timeout))
             .flatten();
@@ -69,8 +79,9 @@ pub enum RequestKind {
     /// A real HTTP/1.1 upgrade (`Connection: upgrade` and `Upgrade`, for WebSocket or SPDY):
     /// long-running; HTTP/1.1 to the backend, and the connection is the client's after a `101`.
     Upgrade,
-    /// exec, attach, portforward or proxy subresources, and `follow=true` logs, without an
-    /// upgrade: long-running; a connection to the backend of its own, as [`Self::Short`].
+    /// exec, attach, portforward or proxy subresources, `follow=true` logs, and the subresources
+    /// an APIService's policy names, without an upgrade: long-running; a connection to the
+    /// backend of its own, as [`Self::Short`].
     Stream,
 }
 

@@ -123,8 +123,17 @@ impl Gateway {
             return res;
         }
         let segments = authz::segments(req.uri().path());
-        let info = RequestInfo::of(&req, &segments, client, host, start, self.request_timeout);
         let route = self.route(&segments);
+        let policy = route.apiservice().map(|s| &s.policy);
+        let info = RequestInfo::of(
+            &req,
+            &segments,
+            client,
+            host,
+            start,
+            self.request_timeout,
+            policy,
+        );
         drop(segments);
         let permit = match self.limits.admit(client.ip(), info.kind.long_running()) {
             Ok(permit) => permit,

@@ -1,6 +1,7 @@
 //! The `apiregistration.k8s.io/v1` APIService model and its validation, following upstream's
 //! `ValidateAPIService`. Objects are read from JSON values field by field so every problem names
-//! the exact field.
+//! the exact field. Beyond upstream, two annotations set an APIService's own request policy
+//! ([`Policy`]), which kube-aggregator cannot (kubernetes/kubernetes#73421).
 
 use base64::Engine;
 use serde_json::Value;
@@ -18,8 +19,76 @@ pub struct ApiService {
     /// Decoded `caBundle`: PEM CA certificates; empty when unset.
     pub ca_bundle: Vec<u8>,
     pub insecure_skip_tls_verify: bool,
+    /// Its own request timeout and long-running subresources, from its annotations.
+    pub policy: Policy,
     /// The object as given, with defaults applied (served back by the registry API).
     pub object: Value,
+}
+
+/// The annotation with an APIService's request timeout, a Go duration (`90s`, `5m`).
+pub const REQUEST_TIMEOUT: &str = "apigw.dev/request-timeout";
+/// The annotation with the subresources, beyond kube-apiserver's, whose requests to an
+/// APIService are long-running: comma-separated names (`console,logs`).
+pub const LONG_RUNNING_SUBRESOURCES: &str = "apigw.dev/long-running-subresources";
+
+/// How the gateway treats an APIService's requests, beyond `--request-timeout` and kube's
+/// long-running requests (watches, upgrades, exec, attach, portforward, proxy, followed logs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Bounds its requests that are not long-running instead of `--request-timeout`.
+    pub request_timeout: Option<std::time::Duration>,
+    /// Subresources whose requests are long-running too: no timeout, no in-flight slot.
+    pub long_running_subresources: Vec<String>,
+}
+
+impl Policy {
+    /// Reads the policy annotations of `object`.
+    fn from_annotations(object: &Value, p: &mut Problems) -> Self {
+        let field = |key: &str| format!("metadata.annotations[{key}]");
+        let annotation = |key: &str| {
+            object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(key))
+        };
+        let mut policy = Self::default();
+        match annotation(REQUEST_TIMEOUT) {
+            None => {}
+            Some(Value::String(text)) => match apigw_core::duration::parse_duration(text.trim()) {
+                Ok(d) if !d.is_zero() => policy.request_timeout = Some(d),
+                Ok(_) => p.add(&field(REQUEST_TIMEOUT), "must be longer than 0s"),
+                Err(e) => p.add(&field(REQUEST_TIMEOUT), e),
+            },
+            Some(other) => p.add(
+                &field(REQUEST_TIMEOUT),
+                format!("must be a string, not {other}"),
+            ),
+        }
+        match annotation(LONG_RUNNING_SUBRESOURCES) {
+            None => {}
+            Some(Value::String(list)) => {
+                for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    match dns1123_label(name) {
+                        Ok(()) => policy.long_running_subresources.push(name.to_string()),
+                        Err(e) => p.add(&field(LONG_RUNNING_SUBRESOURCES), e.to_string()),
+                    }
+                }
+            }
+            Some(other) => p.add(
+                &field(LONG_RUNNING_SUBRESOURCES),
+                format!("must be a string, not {other}"),
+            ),
+        }
+        policy
+    }
+
+    /// Whether a request for `subresource` is long-running by this policy.
+    pub fn long_running(&self, subresource: &str) -> bool {
+        !subresource.is_empty()
+            && self
+                .long_running_subresources
+                .iter()
+                .any(|s| s == subresource)
+    }
 }
 
 /// Where a non-local APIService is served.
@@ -153,6 +222,7 @@ impl ApiService {
             "must be positive and less than 1000",
         );
         let insecure = p.bool(&object, "spec.insecureSkipTLSVerify");
+        let policy = Policy::from_annotations(&object, &mut p);
         let ca_bundle = match lookup(&object, "spec.caBundle") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::String(b64)) => {
@@ -266,6 +336,7 @@ impl ApiService {
             service,
             ca_bundle,
             insecure_skip_tls_verify: insecure,
+            policy,
             object,
         })
     }
@@ -339,6 +410,37 @@ mod tests {
                      "groupPriorityMinimum": 1000, "versionPriority": 15,
                      "service": {"name": "api", "namespace": "wardle"}}
         })
+    }
+
+    #[test]
+    fn the_policy_annotations_are_read_and_every_problem_named() {
+        let mut obj = base();
+        obj["metadata"]["annotations"] = json!({
+            REQUEST_TIMEOUT: "1m30s", LONG_RUNNING_SUBRESOURCES: "console, logs,"
+        });
+        let svc = ApiService::from_value(obj.clone()).unwrap();
+        assert_eq!(
+            svc.policy.request_timeout,
+            Some(std::time::Duration::from_secs(90))
+        );
+        assert!(svc.policy.long_running("logs") && !svc.policy.long_running("status"));
+        assert!(
+            !svc.policy.long_running(""),
+            "no subresource is never one of them"
+        );
+        obj["metadata"]["annotations"] = json!({
+            REQUEST_TIMEOUT: "0s", LONG_RUNNING_SUBRESOURCES: "Console"
+        });
+        let fields: Vec<String> = ApiService::from_value(obj)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(fields.len(), 2, "{fields:?}");
+        assert!(fields[0]
+            .starts_with("metadata.annotations[apigw.dev/request-timeout]: must be longer"));
+        assert!(fields[1]
+            .starts_with("metadata.annotations[apigw.dev/long-running-subresources]: \"Console\""));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 mod apiservice;
 mod manifests;
 
-pub use apiservice::{dns1123_subdomain, ApiService, FieldError, InvalidName, ServiceRef};
+pub use apiservice::{
+    dns1123_subdomain, ApiService, FieldError, InvalidName, Policy, ServiceRef,
+    LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
+};
 pub use manifests::{load_dir, manifest_files, parse_manifest, watch_dir, ManifestError};
 
 use arc_swap::ArcSwap;
