@@ -12,6 +12,7 @@ mod common;
 
 use apigw_gateway::authz::{segments, Attributes};
 use apigw_gateway::fuzzing::{RequestInfo, RequestKind};
+use apigw_gateway::registry::Policy;
 use http::{header, Version};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,11 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
     let uri = req.uri();
     let segs = segments(uri.path());
     let client = ([192, 0, 2, 1], 40000).into();
+    // An APIService's own policy: a shorter timeout, and `console` long-running too.
+    let policy = Policy {
+        request_timeout: Some(Duration::from_secs(5)),
+        long_running_subresources: vec!["console".into()],
+    };
     let info = RequestInfo::of(
         &req,
         &segs,
@@ -29,6 +35,7 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
         None,
         Instant::now(),
         Duration::from_secs(60),
+        Some(&policy),
     );
     // Annotated: `attrs` is shared (an `Arc`) on main, a plain value before.
     let a: &Attributes = &info.attrs;
@@ -98,10 +105,11 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
         RequestKind::Watch => assert_eq!(a.verb, "watch"),
         RequestKind::Stream => assert!(matches!(
             a.subresource.as_str(),
-            "exec" | "attach" | "portforward" | "proxy" | "log"
+            "exec" | "attach" | "portforward" | "proxy" | "log" | "console"
         )),
         RequestKind::Short => assert!(a.verb != "watch"),
     }
     assert_eq!(info.kind.long_running(), info.deadline.is_none());
-    assert_eq!(info.kind, RequestKind::of(&req, a));
+    let by_policy = info.kind == RequestKind::Stream && a.subresource == "console";
+    assert!(by_policy || info.kind == RequestKind::of(&req, a));
 });
