@@ -65,7 +65,7 @@ type State struct {
 	MetricsHost string `json:"metricsHost"`
 	MetricsPort int    `json:"metricsPort"`
 	// Adapters are the two metrics adapters, when started (-metrics-adapters).
-	Adapters []Adapter `json:"adapters"`
+	Adapters []Adapter `json:"adapters,omitempty"`
 }
 
 type options struct {
