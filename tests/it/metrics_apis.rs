@@ -10,56 +10,36 @@ use crate::support::upstream::{wait_for, Adapter, ControlPlane, ControllerManage
 use serde_json::Value;
 use std::path::Path;
 
-/// Two Deployments that run nothing (no scheduler), each scaled by an HPA on an external
-/// metric of one adapter: `jobs_waiting` (adapter-a, 30) and `orders_pending` (adapter-b, 80),
-/// each with a target of 10 per replica, so 3 and 8 replicas.
-const WORKLOADS: &str = r#"
+/// A Deployment that runs nothing (no scheduler) and an HPA scaling it on `metric`, an
+/// external metric, with a target of 10 per replica.
+fn workload(name: &str, metric: &str) -> String {
+    format!(
+        r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: jobs, namespace: default}
+metadata: {{name: {name}, namespace: default}}
 spec:
   replicas: 1
-  selector: {matchLabels: {app: jobs}}
+  selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {labels: {app: jobs}}
-    spec: {containers: [{name: worker, image: registry.invalid/worker}]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: orders, namespace: default}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: orders}}
-  template:
-    metadata: {labels: {app: orders}}
-    spec: {containers: [{name: worker, image: registry.invalid/worker}]}
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: worker, image: registry.invalid/worker}}]}}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
-metadata: {name: jobs, namespace: default}
+metadata: {{name: {name}, namespace: default}}
 spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: jobs}
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
   minReplicas: 1
   maxReplicas: 10
   metrics:
   - type: External
     external:
-      metric: {name: jobs_waiting}
-      target: {type: AverageValue, averageValue: "10"}
----
-apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata: {name: orders, namespace: default}
-spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: orders}
-  minReplicas: 1
-  maxReplicas: 10
-  metrics:
-  - type: External
-    external:
-      metric: {name: orders_pending}
-      target: {type: AverageValue, averageValue: "10"}
-"#;
+      metric: {{name: {metric}}}
+      target: {{type: AverageValue, averageValue: "10"}}
+"#
+    )
+}
 
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -136,7 +116,13 @@ fn through_kube_aggregator_only_the_registered_adapter_scales_an_hpa() {
     assert!(!missing.succeeded(), "{}", missing.stdout());
 
     let kcm = ControllerManager::start(&cp, &cp.path("admin.kubeconfig"), "kcm-aggregator");
-    cp.kubectl_in(&["apply", "-f", "-"], WORKLOADS).ok();
+    // adapter-a's jobs_waiting is 30: 3 replicas; adapter-b's orders_pending 80: 8.
+    let workloads = [
+        workload("jobs", "jobs_waiting"),
+        workload("orders", "orders_pending"),
+    ];
+    cp.kubectl_in(&["apply", "-f", "-"], &workloads.join("---\n"))
+        .ok();
     let replicas = |name: &str| {
         let out = cp.kubectl(&["get", "deployment", name, "-n", "default", "-o", "json"]);
         json(&out.ok())["spec"]["replicas"]
