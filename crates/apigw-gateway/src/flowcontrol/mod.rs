@@ -737,25 +737,10 @@ fn rfc3339(t: SystemTime) -> String {
     }
 }
 
-/// A UID as a header value whose copies share static bytes: a clone per answer then costs no
-/// reference count. Each distinct UID is kept once for the life of the process (a few dozen
-/// bytes per object ever configured); an invalid one is an empty value.
+/// A UID as the header value every answer of its object clones (a reference count on shared
+/// bytes, dropped with the configuration that made it); an invalid one is an empty value.
 fn header(uid: &str) -> HeaderValue {
-    static KEPT: Mutex<Option<std::collections::HashSet<&'static str>>> = Mutex::new(None);
-    if HeaderValue::from_str(uid).is_err() {
-        return HeaderValue::from_static("");
-    }
-    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-    let kept = kept.get_or_insert_default();
-    let uid: &'static str = match kept.get(uid) {
-        Some(known) => known,
-        None => {
-            let leaked: &'static str = Box::leak(uid.into());
-            kept.insert(leaked);
-            leaked
-        }
-    };
-    HeaderValue::from_maybe_shared(bytes::Bytes::from_static(uid.as_bytes()))
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(uid.to_owned()))
         .unwrap_or(HeaderValue::from_static(""))
 }
 
