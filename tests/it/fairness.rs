@@ -13,6 +13,7 @@
 //! already running finish meanwhile); first come first served, the whole backlog ahead of it.
 
 use crate::support::binary;
+use crate::support::exposition::samples;
 use crate::support::World;
 use bytes::Bytes;
 use http::Request;
@@ -54,29 +55,39 @@ async fn get(send: &mut SendRequest<Full<Bytes>>, path: &str) -> (u16, Option<u6
     (status, retry)
 }
 
-/// The requests of `global-default` dispatched after a wait, by its wait histogram: all its
-/// observations but the zeros.
-async fn waited(w: &World, addr: std::net::SocketAddr) -> u64 {
-    let text = w.client(Some("alice")).get(addr, "/metrics").await.body;
-    let text = String::from_utf8_lossy(&text);
-    let sum = |series: &str, also: &str| -> u64 {
-        text.lines()
-            .filter(|l| l.starts_with(series) && l.contains(also))
-            .filter(|l| l.contains("priority_level=\"global-default\""))
-            .filter(|l| l.contains("execute=\"true\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .map(|v| v as u64)
-            .sum()
-    };
-    let all = sum(
-        "apiserver_flowcontrol_request_wait_duration_seconds_count",
-        "",
+/// apigw's `/metrics`, as alice reads it.
+async fn scrape(w: &World, addr: std::net::SocketAddr) -> String {
+    let body = w.client(Some("alice")).get(addr, "/metrics").await.body;
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The sum of `family`'s samples for `global-default` whose labels also match `labels`.
+fn global_default(text: &str, family: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(text, family)
+        .into_iter()
+        .filter(|(l, _)| {
+            l.get("priority_level").map(String::as_str) == Some("global-default")
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// The requests of `global-default` its wait histogram observed executing, and of them those
+/// that waited: all its observations but the zeros.
+async fn waits(w: &World, addr: std::net::SocketAddr) -> (u64, u64) {
+    let text = scrape(w, addr).await;
+    let family = "apiserver_flowcontrol_request_wait_duration_seconds";
+    let executed = [("execute", "true")];
+    let all = global_default(&text, &format!("{family}_count"), &executed);
+    let zero = global_default(
+        &text,
+        &format!("{family}_bucket"),
+        &[executed[0], ("le", "0")],
     );
-    let zero = sum(
-        "apiserver_flowcontrol_request_wait_duration_seconds_bucket",
-        "le=\"0\"",
-    );
-    all - zero.min(all)
+    (all as u64, (all - zero.min(all)) as u64)
 }
 
 fn quantile(mut v: Vec<Duration>, q: f64) -> Duration {
@@ -96,7 +107,7 @@ async fn a_quiet_user_goes_before_a_noisy_users_backlog_to_the_same_backend() {
     let (_child, addr, _) = binary::serving(&w, command, port).await;
 
     // One busy backend past its share, alone: no request waits.
-    let before = waited(&w, addr).await;
+    let (observed, before) = waits(&w, addr).await;
     let busy = w.client(Some("alice")).h2_connection(addr).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = tokio::task::JoinSet::new();
@@ -115,11 +126,16 @@ async fn a_quiet_user_goes_before_a_noisy_users_backlog_to_the_same_backend() {
     while let Some(r) = load.join_next().await {
         r.expect("a busy client");
     }
-    let after = waited(&w, addr).await;
+    let (observed_after, after) = waits(&w, addr).await;
+    let busy_done = busy_done.load(Ordering::Relaxed) as u64;
     eprintln!(
-        "busy: {} requests at {BUSY} in flight, {} waited",
-        busy_done.load(Ordering::Relaxed),
+        "busy: {busy_done} requests at {BUSY} in flight, {} waited",
         after - before
+    );
+    assert!(
+        observed_after - observed >= busy_done,
+        "the wait histogram saw {} of {busy_done} requests",
+        observed_after - observed
     );
     assert_eq!(after, before, "requests waited with one busy backend");
 
@@ -168,16 +184,8 @@ async fn a_quiet_user_goes_before_a_noisy_users_backlog_to_the_same_backend() {
     while let Some(r) = load.join_next().await {
         r.expect("a noisy client");
     }
-    let metrics = w.client(Some("alice")).get(addr, "/metrics").await.body;
-    let metrics = String::from_utf8_lossy(&metrics);
-    let seats: usize = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("apiserver_flowcontrol_current_limit_seats{")
-                && l.contains("priority_level=\"global-default\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .expect("global-default's seats");
+    let text = scrape(&w, addr).await;
+    let seats = global_default(&text, "apiserver_flowcontrol_current_limit_seats", &[]) as usize;
     eprintln!(
         "quiet alone: p50 {:?}, max {:?}; under load: p50 {:?}, p99 {:?}, max {:?}; \
          noisy requests finished while one quiet request was in flight: {passed:?}; \

@@ -4,6 +4,7 @@
 pub mod authz_webhook;
 pub mod binary;
 pub mod exec;
+pub mod exposition;
 pub mod fault;
 pub mod goaddon;
 pub mod kube_api;
