@@ -1,12 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Two metrics adapters (our metricsadapter, on sigs.k8s.io/custom-metrics-apiserver), each
@@ -88,34 +85,9 @@ func adapterArgs(dir string, a Adapter) []string {
 // deployment declares them (groupPriorityMinimum 100; versionPriority 100, 200 for custom
 // v1beta2) but verified against the adapters' CA.
 func writeAdapterAPIServices(path, caFile string, a Adapter) error {
-	ca, err := os.ReadFile(caFile)
-	if err != nil {
-		return err
-	}
-	var docs []string
-	for _, v := range []struct {
-		group, version string
-		priority       int
-	}{
-		{"custom.metrics.k8s.io", "v1beta1", 100},
-		{"custom.metrics.k8s.io", "v1beta2", 200},
-		{"external.metrics.k8s.io", "v1beta1", 100},
-	} {
-		doc, err := json.Marshal(map[string]any{
-			"apiVersion": "apiregistration.k8s.io/v1",
-			"kind":       "APIService",
-			"metadata":   map[string]any{"name": v.version + "." + v.group},
-			"spec": map[string]any{
-				"group": v.group, "version": v.version,
-				"groupPriorityMinimum": 100, "versionPriority": v.priority,
-				"service":  map[string]any{"namespace": adaptersNamespace, "name": a.Name, "port": a.Port},
-				"caBundle": ca,
-			},
-		})
-		if err != nil {
-			return err
-		}
-		docs = append(docs, string(doc))
-	}
-	return os.WriteFile(path, []byte("---\n"+strings.Join(docs, "\n---\n")+"\n"), 0o644)
+	return writeAPIServiceFile(path, caFile, adaptersNamespace, a.Name, a.Port, []served{
+		{"custom.metrics.k8s.io", "v1beta1", 100, 100},
+		{"custom.metrics.k8s.io", "v1beta2", 100, 200},
+		{"external.metrics.k8s.io", "v1beta1", 100, 100},
+	})
 }

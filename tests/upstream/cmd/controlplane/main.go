@@ -431,30 +431,32 @@ authorizers:
 	return os.WriteFile(filepath.Join(dir, "apigw-authorization.yaml"), []byte(config), 0o644)
 }
 
-// The APIServices of sample-apiserver's two versions, as upstream's artifacts declare v1alpha1
-// (groupPriorityMinimum 1000, versionPriority 15) and with the CA of its serving certificate.
-func writeAPIServices(path, caFile string, port int) error {
+// served is one group version an APIService registers, with its priorities.
+type served struct {
+	group, version                        string
+	groupPriorityMinimum, versionPriority int
+}
+
+// writeAPIServiceFile writes the APIServices of versions, served by namespace/name on port and
+// verified against the CA in caFile, to path as one YAML stream.
+func writeAPIServiceFile(path, caFile, namespace, name string, port int, versions []served) error {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return err
 	}
 	var docs []string
-	for _, v := range []struct {
-		version  string
-		priority int
-	}{{"v1alpha1", 15}, {"v1beta1", 10}} {
-		obj := map[string]any{
+	for _, v := range versions {
+		doc, err := json.Marshal(map[string]any{
 			"apiVersion": "apiregistration.k8s.io/v1",
 			"kind":       "APIService",
-			"metadata":   map[string]any{"name": v.version + ".wardle.example.com"},
+			"metadata":   map[string]any{"name": v.version + "." + v.group},
 			"spec": map[string]any{
-				"group": "wardle.example.com", "version": v.version,
-				"groupPriorityMinimum": 1000, "versionPriority": v.priority,
-				"service":  map[string]any{"namespace": sampleNamespace, "name": sampleService, "port": port},
+				"group": v.group, "version": v.version,
+				"groupPriorityMinimum": v.groupPriorityMinimum, "versionPriority": v.versionPriority,
+				"service":  map[string]any{"namespace": namespace, "name": name, "port": port},
 				"caBundle": ca,
 			},
-		}
-		doc, err := json.Marshal(obj)
+		})
 		if err != nil {
 			return err
 		}
@@ -463,28 +465,21 @@ func writeAPIServices(path, caFile string, port int) error {
 	return os.WriteFile(path, []byte("---\n"+strings.Join(docs, "\n---\n")+"\n"), 0o644)
 }
 
+// The APIServices of sample-apiserver's two versions, as upstream's artifacts declare v1alpha1
+// (groupPriorityMinimum 1000, versionPriority 15), with the CA of its serving certificate.
+func writeAPIServices(path, caFile string, port int) error {
+	return writeAPIServiceFile(path, caFile, sampleNamespace, sampleService, port, []served{
+		{"wardle.example.com", "v1alpha1", 1000, 15},
+		{"wardle.example.com", "v1beta1", 1000, 10},
+	})
+}
+
 // writeMetricsAPIService writes v1beta1.metrics.k8s.io as metrics-server's manifests declare it
 // (groupPriorityMinimum 100, versionPriority 100), with the CA of its serving certificate.
 func writeMetricsAPIService(path, caFile string, port int) error {
-	ca, err := os.ReadFile(caFile)
-	if err != nil {
-		return err
-	}
-	doc, err := json.Marshal(map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1",
-		"kind":       "APIService",
-		"metadata":   map[string]any{"name": "v1beta1.metrics.k8s.io"},
-		"spec": map[string]any{
-			"group": "metrics.k8s.io", "version": "v1beta1",
-			"groupPriorityMinimum": 100, "versionPriority": 100,
-			"service":  map[string]any{"namespace": metricsNamespace, "name": metricsService, "port": port},
-			"caBundle": ca,
-		},
+	return writeAPIServiceFile(path, caFile, metricsNamespace, metricsService, port, []served{
+		{"metrics.k8s.io", "v1beta1", 100, 100},
 	})
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte("---\n"+string(doc)+"\n"), 0o644)
 }
 
 // register creates sample-apiserver's namespace, its Service (ExternalName 127.0.0.1: the API
