@@ -321,18 +321,17 @@ impl State {
 
     /// Counts `seats` more (or, `waits` false, fewer) waiting for share `at`.
     fn count_waiting(&mut self, at: Option<usize>, seats: usize, waits: bool) {
-        let counter = match self.share_mut(at) {
-            Some(share) => &mut share.waiting,
-            None => &mut self.unshared_waiting,
+        let count = |n: &mut usize| {
+            *n = match waits {
+                true => *n + seats,
+                false => n.saturating_sub(seats),
+            }
         };
-        *counter = match waits {
-            true => *counter + seats,
-            false => counter.saturating_sub(seats),
-        };
-        self.waiting_seats = match waits {
-            true => self.waiting_seats + seats,
-            false => self.waiting_seats.saturating_sub(seats),
-        };
+        count(&mut self.waiting_seats);
+        match self.share_mut(at) {
+            Some(share) => count(&mut share.waiting),
+            None => count(&mut self.unshared_waiting),
+        }
     }
 }
 
