@@ -48,7 +48,7 @@ type fixed struct {
 }
 
 func (f *fixed) value(info provider.CustomMetricInfo) (resource.Quantity, error) {
-	v, ok := f.custom[provider.CustomMetricInfo{GroupResource: info.GroupResource, Namespaced: info.Namespaced, Metric: info.Metric}]
+	v, ok := f.custom[info]
 	if !ok {
 		return v, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
