@@ -5,12 +5,14 @@
 //!
 //! Checked: nothing panics; every problem names the file; every APIService accepted is valid as
 //! upstream's `ValidateAPIService` requires (name `<version>.<group>`, DNS names, priorities
-//! and port in range) and validates again, unchanged, from the object it keeps.
+//! and port in range) and validates again, unchanged, from the object it keeps; every
+//! APIServiceBackend accepted targets its APIService's group version, has a service, and
+//! validates again, unchanged, too.
 #![no_main]
 
 mod common;
 
-use apigw_gateway::registry::{dns1123_subdomain, parse_manifest, ApiService};
+use apigw_gateway::registry::{dns1123_subdomain, parse_manifest, ApiService, Backend, Manifest};
 
 libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -29,8 +31,21 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
                 let _ = p.to_string();
             }
         }
-        Ok(services) => {
-            for svc in services {
+        Ok(objects) => {
+            for object in objects {
+                let svc = match object {
+                    Manifest::ApiService(svc) => svc,
+                    Manifest::Backend(b) => {
+                        let t = &b.target;
+                        assert_eq!(t.name, format!("{}/{}", b.api_service, b.name));
+                        assert_eq!(b.api_service, format!("{}.{}", t.version, t.group));
+                        assert!(dns1123_subdomain(&t.group).is_ok());
+                        assert!(t.service.as_ref().is_some_and(|s| s.port >= 1));
+                        let again = Backend::from_value(b.object().clone());
+                        assert_eq!(again.ok().as_ref(), Some(&b), "revalidating the kept object");
+                        continue;
+                    }
+                };
                 assert_eq!(svc.name, format!("{}.{}", svc.version, svc.group));
                 assert!(svc.group.is_empty() || dns1123_subdomain(&svc.group).is_ok());
                 assert!((1..=20000).contains(&svc.group_priority_minimum));

@@ -79,6 +79,7 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
             condition,
             resources: resources.map(Arc::new),
             aggregated,
+            members: None,
         };
         states.insert(svc.name.clone(), Arc::new(state));
     }

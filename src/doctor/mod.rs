@@ -23,7 +23,7 @@ pub use report::{Recipe, Report, ServiceReport, Status, Step};
 
 use apigw_core::certs::inspect::OutputFormat;
 use apigw_gateway::config::{Config, Flags};
-use apigw_gateway::registry::{load_dir, parse_manifest, ApiService};
+use apigw_gateway::registry::{load_dir, parse_manifest, ApiService, Manifest, BACKEND_KIND};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -248,8 +248,13 @@ fn load_services(dir: &Path, names: &[String]) -> (Vec<Entry>, Vec<Step>) {
             }
         };
         let problems = match parse_manifest(&text, &shown) {
-            Ok(services) => {
-                for svc in services {
+            Ok(found) => {
+                for object in found {
+                    // A backend is walked as its target: `<apiservice>/<backend>`.
+                    let svc = match object {
+                        Manifest::ApiService(svc) => svc,
+                        Manifest::Backend(b) => (*b.target).clone(),
+                    };
                     valid
                         .entry(svc.name.clone())
                         .or_insert((svc, shown.clone()));
@@ -265,11 +270,11 @@ fn load_services(dir: &Path, names: &[String]) -> (Vec<Entry>, Vec<Step>) {
                 .as_ref()
                 .map_or(shown.clone(), |f| format!("{f} in {shown}"));
             let step = problem_step(&p.to_string(), &place);
-            match p
-                .object
-                .as_deref()
-                .and_then(|o| o.strip_prefix("APIService "))
-            {
+            let backend = format!("{BACKEND_KIND} ");
+            match p.object.as_deref().and_then(|o| {
+                o.strip_prefix("APIService ")
+                    .or_else(|| o.strip_prefix(backend.as_str()))
+            }) {
                 Some(name) => invalid.entry(name.to_string()).or_default().push(step),
                 None => global.push(step),
             }

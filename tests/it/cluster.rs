@@ -364,6 +364,7 @@ fn state(available: bool, reason: &'static str, message: &str) -> Arc<State> {
         },
         resources: None,
         aggregated: None,
+        members: None,
     })
 }
 

@@ -255,6 +255,7 @@ pub fn remerge(services: &[serde_json::Value], runs: usize) -> anyhow::Result<Ve
                 condition: old.condition.clone(),
                 resources: old.resources.as_ref().map(|r| Arc::new((**r).clone())),
                 aggregated: None,
+                members: None,
             };
             states.insert(changed.clone(), Arc::new(fresh));
         }
@@ -312,6 +313,7 @@ fn available_states(services: &[ApiService]) -> HashMap<String, Arc<State>> {
                 },
                 resources: Some(Arc::new(bench_resource_list(&svc.group, &svc.version))),
                 aggregated: None,
+                members: None,
             };
             (svc.name.clone(), Arc::new(state))
         })

@@ -7,8 +7,12 @@
 //! backend and round, with `If-None-Match`; see [`crate::proxy::fetch`]) and keeps this
 //! APIService's version entry from it. Discovery serves the entry, else the converted
 //! APIResourceList (as `Stale` while the backend is down).
+//! An APIService with APIServiceBackends has each backend checked so, and its state made of
+//! theirs ([`members`]).
 
+mod members;
 mod settings;
+pub use members::{resource_key, Member, Members};
 
 use crate::metrics::Metrics;
 use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
@@ -41,6 +45,9 @@ pub struct State {
     /// `APIGroupDiscoveryList`), from the last time the backend answered; None when it serves
     /// only legacy discovery.
     pub aggregated: Option<Arc<Value>>,
+    /// For an APIService with APIServiceBackends: each backend's own state, and which serves
+    /// each resource; the fields above are then theirs merged.
+    pub members: Option<Arc<Members>>,
 }
 
 /// Shared, lock-free view of every APIService's state, keyed by name.
@@ -133,6 +140,7 @@ pub fn spawn(
             let services: Vec<Arc<ApiService>> = snapshot.iter().cloned().collect();
             let live = services
                 .iter()
+                .flat_map(|s| std::iter::once(s).chain(s.backends.iter().map(|b| &b.target)))
                 .filter_map(|s| s.service.as_ref())
                 .map(|s| format!("{}:{}", s.host(), s.port))
                 .collect();
@@ -143,14 +151,13 @@ pub fn spawn(
                         (proxy.clone(), availability.clone(), settings.timeout);
                     async move {
                         let previous = availability.get(&svc.name);
-                        let state = check(
-                            &proxy,
-                            &availability,
-                            &svc,
-                            previous.as_deref(),
-                            (cycle, timeout),
-                        )
-                        .await;
+                        let round = (cycle, timeout);
+                        let state = if svc.backends.is_empty() {
+                            check(&proxy, &availability, &svc, previous.as_deref(), round).await
+                        } else {
+                            check_members(&proxy, &availability, &svc, previous.as_deref(), round)
+                                .await
+                        };
                         (svc.name.clone(), state)
                     }
                 })
@@ -212,8 +219,12 @@ fn store(availability: &Availability, metrics: &Metrics, name: String, state: St
             tracing::warn!(apiservice = %name, reason = state.condition.reason, message = %state.condition.message, "APIService unavailable");
         }
     }
+    let before = previous.and_then(|p| p.members.as_deref());
+    let member_flipped = members_metrics(metrics, before, state.members.as_deref());
     let stored = match previous {
         Some(p) if p.condition.available != state.condition.available => Stored::Flipped,
+        // A backend of a group version went up or down: its resources' answers change.
+        Some(_) if member_flipped => Stored::Flipped,
         Some(p)
             if p.condition == state.condition
                 && same_resources(&p.resources, &state.resources)
@@ -237,15 +248,46 @@ fn retire(availability: &Availability, metrics: &Metrics, checked: &HashSet<Stri
         return false;
     }
     let mut next = HashMap::clone(&old);
-    next.retain(|name, _| {
+    next.retain(|name, state| {
         let keep = checked.contains(name);
         if !keep {
             metrics.forget(name);
+            members_metrics(metrics, state.members.as_deref(), None);
         }
         keep
     });
     availability.states.store(Arc::new(next));
     true
+}
+
+/// Records the availability of each APIServiceBackend in `now` (under its target's name,
+/// `<apiservice>/<backend>`) and forgets those of `before` that are gone. Returns whether one
+/// went up or down.
+fn members_metrics(metrics: &Metrics, before: Option<&Members>, now: Option<&Members>) -> bool {
+    let was: HashMap<&str, bool> = before
+        .into_iter()
+        .flat_map(Members::iter)
+        .filter(|m| m.backend.is_some())
+        .map(|m| (m.target.name.as_str(), m.state.condition.available))
+        .collect();
+    let mut flipped = false;
+    let mut kept = HashSet::new();
+    for m in now.into_iter().flat_map(Members::iter) {
+        if m.backend.is_none() {
+            continue;
+        }
+        let (name, available) = (m.target.name.as_str(), m.state.condition.available);
+        kept.insert(name);
+        let previously = was.get(name).copied();
+        flipped |= previously.is_some_and(|p| p != available);
+        let newly_unavailable =
+            (!available && previously != Some(false)).then_some(m.state.condition.reason);
+        metrics.set_available(name, available, newly_unavailable);
+    }
+    for name in was.keys().filter(|n| !kept.contains(*n)) {
+        metrics.forget(name);
+    }
+    flipped
 }
 
 fn same_resources(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
@@ -298,7 +340,45 @@ async fn check(
         },
         resources,
         aggregated,
+        members: None,
     }
+}
+
+/// Checks each backend of an APIService with APIServiceBackends, at once, and makes its state
+/// of theirs.
+async fn check_members(
+    proxy: &Proxy,
+    availability: &Availability,
+    svc: &Arc<ApiService>,
+    previous: Option<&State>,
+    round: (u64, Duration),
+) -> State {
+    let before = |name: &str| {
+        let members = previous?.members.as_ref()?;
+        members
+            .iter()
+            .find(|m| m.target.name == name)
+            .map(|m| m.state.clone())
+    };
+    let checks = Members::targets(svc).into_iter().map(|(target, backend)| {
+        let earlier = match &backend {
+            // Its own service's check of last time, also from before it had backends.
+            None => {
+                before(&target.name).or_else(|| previous.filter(|p| p.members.is_none()).cloned())
+            }
+            Some(_) => before(&target.name),
+        };
+        async move {
+            let state = check(proxy, availability, &target, earlier.as_ref(), round).await;
+            Member {
+                target,
+                backend,
+                state,
+            }
+        }
+    });
+    let members = futures_util::future::join_all(checks).await;
+    Members::new(svc, members).state(previous)
 }
 
 /// Why an APIService's aggregated discovery entry could not be fetched.

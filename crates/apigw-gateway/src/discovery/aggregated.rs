@@ -262,6 +262,7 @@ mod tests {
                 last_transition: SystemTime::now(),
             },
             aggregated: None,
+            members: None,
             resources: Some(Arc::new(json!({"kind": "APIResourceList", "resources": [
                 {"name": "flunders", "singularName": "flunder", "namespaced": true, "kind": "Flunder",
                  "verbs": ["get", "list"], "shortNames": ["fl"]},

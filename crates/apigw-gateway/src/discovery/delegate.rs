@@ -358,6 +358,7 @@ fn synthetic(f: Fetched, old: &[Builtin], available: bool) -> Option<Builtin> {
         },
         resources: f.resources,
         aggregated: f.aggregated,
+        members: None,
     };
     Some(Builtin {
         svc: Arc::new(svc),

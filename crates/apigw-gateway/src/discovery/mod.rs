@@ -123,6 +123,7 @@ impl Builtin {
             condition,
             resources: Some(Arc::new(list)),
             aggregated: None,
+            members: None,
         };
         Self {
             svc,
@@ -160,6 +161,7 @@ fn with_delegate_resources(builtin: &[Builtin], delegate: &[Builtin]) -> Vec<Bui
                 condition: own.state.condition.clone(),
                 resources: None,
                 aggregated: None,
+                members: None,
             };
             if let Some(entry) = theirs.state.aggregated.as_deref() {
                 let mine = aggregated::resources(list);

@@ -360,6 +360,7 @@ mod tests {
         Arc::new(State {
             condition,
             resources: (!aggregated).then(|| Arc::new(list)),
+            members: None,
             aggregated: aggregated.then(|| Arc::new(entry)),
         })
     }

@@ -53,17 +53,31 @@ impl Gateway {
                 reviews::handle(&self.authz, identity, req, group, &rest).await
             }
             Route::Backend(svc) => {
-                if let Some(state) = self.availability.get(&svc.name) {
-                    if !state.condition.available {
-                        return Err(Status::service_unavailable(format!(
-                            "service unavailable: APIService {} is not available ({}): {}",
-                            svc.name, state.condition.reason, state.condition.message
-                        )));
+                let state = self.availability.get(&svc.name);
+                // A group version with APIServiceBackends: the backend serving the resource,
+                // and the group version's own document from all of them.
+                let (target, state) = match state.as_ref().and_then(|s| s.members.as_ref()) {
+                    None => (&svc, state.as_deref()),
+                    Some(members) => {
+                        if is_group_version(&svc, &info.attrs) {
+                            return discovery::serve(
+                                &req,
+                                &[discovery::Doc::new(&members.list, discovery::JSON)],
+                            );
+                        }
+                        let m = members.for_request(&info.attrs);
+                        (&m.target, Some(&m.state))
                     }
+                };
+                if let Some(state) = state.filter(|s| !s.condition.available) {
+                    return Err(Status::service_unavailable(format!(
+                        "service unavailable: APIService {} is not available ({}): {}",
+                        target.name, state.condition.reason, state.condition.message
+                    )));
                 }
-                let backend = self.proxy.backend_for(&svc)?;
+                let backend = self.proxy.backend_for(target)?;
                 self.proxy
-                    .forward(&backend, req, identity, info, &svc.name)
+                    .forward(&backend, req, identity, info, &target.name)
                     .await
             }
             Route::OpenApiBackend(svc) => {
@@ -123,6 +137,18 @@ impl Gateway {
             Route::NotFound => Err(not_found()),
         }
     }
+}
+
+/// True for a request of `/apis/<group>/<version>` itself, the group version's APIResourceList.
+fn is_group_version(svc: &crate::registry::ApiService, attrs: &crate::authz::Attributes) -> bool {
+    !attrs.resource_request
+        && attrs
+            .path
+            .trim_end_matches('/')
+            .strip_prefix("/apis/")
+            .and_then(|gv| gv.strip_prefix(svc.group.as_str()))
+            .and_then(|v| v.strip_prefix('/'))
+            == Some(svc.version.as_str())
 }
 
 fn not_found() -> Status {

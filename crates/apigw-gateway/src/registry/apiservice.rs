@@ -3,6 +3,7 @@
 //! the exact field. Beyond upstream, two annotations set an APIService's own request policy
 //! ([`Policy`]), which kube-aggregator cannot (kubernetes/kubernetes#73421).
 
+use super::Backend;
 use base64::Engine;
 use serde_json::Value;
 
@@ -21,6 +22,10 @@ pub struct ApiService {
     pub insecure_skip_tls_verify: bool,
     /// Its own request timeout and long-running subresources, from its annotations.
     pub policy: Policy,
+    /// The APIServiceBackends serving this group version beside its own service, by
+    /// priority (highest first), then name; empty from [`Self::from_value`] and attached by
+    /// [`super::attach`].
+    pub backends: Vec<std::sync::Arc<Backend>>,
     /// The object as given, with defaults applied (served back by the registry API).
     pub object: Value,
 }
@@ -128,14 +133,14 @@ fn err(field: &str, message: impl Into<String>) -> FieldError {
 
 /// Collects problems so one pass reports them all.
 #[derive(Default)]
-struct Problems(Vec<FieldError>);
+pub(super) struct Problems(pub(super) Vec<FieldError>);
 
 impl Problems {
-    fn add(&mut self, field: &str, message: impl Into<String>) {
+    pub(super) fn add(&mut self, field: &str, message: impl Into<String>) {
         self.0.push(err(field, message));
     }
 
-    fn string(&mut self, obj: &Value, path: &str) -> String {
+    pub(super) fn string(&mut self, obj: &Value, path: &str) -> String {
         match lookup(obj, path) {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -148,7 +153,7 @@ impl Problems {
 
     /// An integer field in `range` (`default` when unset); anything else is a problem that
     /// names the value, `want` saying what the range is.
-    fn int(
+    pub(super) fn int(
         &mut self,
         obj: &Value,
         path: &str,
@@ -177,7 +182,7 @@ impl Problems {
         value
     }
 
-    fn bool(&mut self, obj: &Value, path: &str) -> bool {
+    pub(super) fn bool(&mut self, obj: &Value, path: &str) -> bool {
         match lookup(obj, path) {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -221,24 +226,7 @@ impl ApiService {
             1..=1000,
             "must be positive and less than 1000",
         );
-        let insecure = p.bool(&object, "spec.insecureSkipTLSVerify");
         let policy = Policy::from_annotations(&object, &mut p);
-        let ca_bundle = match lookup(&object, "spec.caBundle") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(b64)) => {
-                match base64::engine::general_purpose::STANDARD.decode(b64.trim()) {
-                    Ok(bytes) => bytes,
-                    Err(e) => {
-                        p.add("spec.caBundle", format!("must be base64: {e}"));
-                        Vec::new()
-                    }
-                }
-            }
-            Some(_) => {
-                p.add("spec.caBundle", "must be a base64 string");
-                Vec::new()
-            }
-        };
 
         if name.is_empty() {
             p.add("metadata.name", "Required value");
@@ -264,7 +252,80 @@ impl ApiService {
             p.add("spec.version", m.to_string());
         }
 
-        let service = match lookup(&object, "spec.service") {
+        let Target {
+            service,
+            ca_bundle,
+            insecure,
+        } = Target::read(&object, &mut p, false);
+        if !p.0.is_empty() {
+            return Err(p.0);
+        }
+        default_port(&mut object);
+        Ok(Self {
+            name,
+            group,
+            version,
+            group_priority_minimum: gpm,
+            version_priority: vp,
+            service,
+            ca_bundle,
+            insecure_skip_tls_verify: insecure,
+            policy,
+            backends: Vec::new(),
+            object,
+        })
+    }
+
+    /// Where its own service stands among [`Self::backends`] in routing order: after every
+    /// backend of higher priority than its own (0), before those of equal or lower priority.
+    pub fn own_index(&self) -> usize {
+        self.backends.iter().take_while(|b| b.priority > 0).count()
+    }
+}
+
+/// Sets `spec.service.port` to its default (443) where the object leaves it out.
+pub(super) fn default_port(object: &mut Value) {
+    if let Some(port) = object.pointer_mut("/spec/service") {
+        if port.get("port").is_none() {
+            port["port"] = Value::from(443);
+        }
+    }
+}
+
+/// Where an object's requests go: `spec.service`, `spec.caBundle` and
+/// `spec.insecureSkipTLSVerify`, shared by APIServices and [`Backend`]s.
+pub(super) struct Target {
+    pub service: Option<ServiceRef>,
+    pub ca_bundle: Vec<u8>,
+    pub insecure: bool,
+}
+
+impl Target {
+    /// Reads the three fields; `required`: a missing `spec.service` is a problem (a Backend),
+    /// not a `Local` APIService.
+    pub(super) fn read(object: &Value, p: &mut Problems, required: bool) -> Self {
+        let insecure = p.bool(object, "spec.insecureSkipTLSVerify");
+        let ca_bundle = match lookup(object, "spec.caBundle") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(b64)) => {
+                match base64::engine::general_purpose::STANDARD.decode(b64.trim()) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        p.add("spec.caBundle", format!("must be base64: {e}"));
+                        Vec::new()
+                    }
+                }
+            }
+            Some(_) => {
+                p.add("spec.caBundle", "must be a base64 string");
+                Vec::new()
+            }
+        };
+        let service = match lookup(object, "spec.service") {
+            None | Some(Value::Null) if required => {
+                p.add("spec.service", "Required value");
+                None
+            }
             None | Some(Value::Null) => {
                 if !ca_bundle.is_empty() {
                     p.add("spec.caBundle", "local APIServices may not have a caBundle");
@@ -278,8 +339,8 @@ impl ApiService {
                 None
             }
             Some(Value::Object(_)) => {
-                let ns = p.string(&object, "spec.service.namespace");
-                let svc = p.string(&object, "spec.service.name");
+                let ns = p.string(object, "spec.service.namespace");
+                let svc = p.string(object, "spec.service.name");
                 if ns.is_empty() {
                     p.add("spec.service.namespace", "Required value");
                 } else if let Err(m) = dns1123_label(&ns) {
@@ -291,7 +352,7 @@ impl ApiService {
                     p.add("spec.service.name", m.to_string());
                 }
                 let port = p.int(
-                    &object,
+                    object,
                     "spec.service.port",
                     443,
                     1..=65535,
@@ -319,26 +380,11 @@ impl ApiService {
                 None
             }
         };
-        if !p.0.is_empty() {
-            return Err(p.0);
-        }
-        if let Some(port) = object.pointer_mut("/spec/service") {
-            if port.get("port").is_none() {
-                port["port"] = Value::from(443);
-            }
-        }
-        Ok(Self {
-            name,
-            group,
-            version,
-            group_priority_minimum: gpm,
-            version_priority: vp,
+        Self {
             service,
             ca_bundle,
-            insecure_skip_tls_verify: insecure,
-            policy,
-            object,
-        })
+            insecure,
+        }
     }
 }
 
@@ -374,7 +420,7 @@ impl NameRule {
     }
 }
 
-fn dns1123_label(s: &str) -> Result<(), InvalidName> {
+pub(super) fn dns1123_label(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -383,7 +429,7 @@ fn dns1123_label(s: &str) -> Result<(), InvalidName> {
     NameRule::Dns1123Label.check(s, ok)
 }
 
-fn dns1035_label(s: &str) -> Result<(), InvalidName> {
+pub(super) fn dns1035_label(s: &str) -> Result<(), InvalidName> {
     let ok = s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')

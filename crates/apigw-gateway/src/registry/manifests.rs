@@ -1,9 +1,10 @@
 //! The manifest-directory source: every `*.yaml`, `*.yml` and `*.json` file in a directory,
-//! each holding APIService objects the way `kubectl apply -f` takes them (multi-document YAML,
-//! concatenated JSON, `kind: List` / `APIServiceList`). The directory is watched; a set with
-//! any problem is reported and the last good registry stays in force.
+//! each holding APIService and APIServiceBackend objects the way `kubectl apply -f` takes them
+//! (multi-document YAML, concatenated JSON, `kind: List` / `APIServiceList`). The directory is
+//! watched; a set with any problem (a backend whose APIService is not in it, too) is reported
+//! and the last good registry stays in force.
 
-use super::{ApiService, Registry, Snapshot};
+use super::{attach, ApiService, Backend, Registry, Snapshot, BACKEND_KIND};
 use notify::{RecursiveMode, Watcher};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -86,12 +87,33 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ApiService>, Vec<ManifestError>> {
     load_files(read_files(dir)?)
 }
 
-/// Parses files read by [`read_files`]: all of them valid, or every problem.
+/// One object of a manifest file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Manifest {
+    ApiService(ApiService),
+    Backend(Backend),
+}
+
+impl Manifest {
+    /// `<Kind> <name>`, as errors name the object.
+    pub fn label(&self) -> String {
+        match self {
+            Self::ApiService(s) => format!("APIService {}", s.name),
+            Self::Backend(b) => format!("{BACKEND_KIND} {}", b.name),
+        }
+    }
+}
+
+/// Parses files read by [`read_files`]: all of them valid, or every problem. Each APIService
+/// comes with its backends attached.
 fn load_files(
     files: Vec<(PathBuf, std::io::Result<String>)>,
 ) -> Result<Vec<ApiService>, Vec<ManifestError>> {
     let mut services: Vec<ApiService> = Vec::new();
+    let mut backends: Vec<Backend> = Vec::new();
     let mut seen_in: HashMap<String, String> = Default::default();
+    // Where each backend was defined, for the problems of attaching it.
+    let mut backend_files: HashMap<String, String> = Default::default();
     let mut problems = Vec::new();
     for (path, text) in files {
         let file = path.display().to_string();
@@ -109,20 +131,36 @@ fn load_files(
         };
         match parse_manifest(&text, &file) {
             Ok(found) => {
-                for s in found {
-                    if let Some(first) = seen_in.insert(s.name.clone(), file.clone()) {
+                for object in found {
+                    let label = object.label();
+                    if let Some(first) = seen_in.insert(label.clone(), file.clone()) {
                         problems.push(ManifestError {
                             file: file.clone(),
-                            object: Some(format!("APIService {}", s.name)),
+                            object: Some(label),
                             field: Some("metadata.name".into()),
                             message: format!("already defined in {first}"),
                         });
                     }
-                    services.push(s);
+                    match object {
+                        Manifest::ApiService(s) => services.push(s),
+                        Manifest::Backend(b) => {
+                            backend_files.insert(b.name.clone(), file.clone());
+                            backends.push(b);
+                        }
+                    }
                 }
             }
             Err(mut e) => problems.append(&mut e),
         }
+    }
+    for orphan in attach(&mut services, backends) {
+        let name = orphan.backend.name;
+        problems.push(ManifestError {
+            file: backend_files.remove(&name).unwrap_or_default(),
+            object: Some(format!("{BACKEND_KIND} {name}")),
+            field: Some("spec.apiService".into()),
+            message: orphan.why,
+        });
     }
     if problems.is_empty() {
         Ok(services)
@@ -148,7 +186,7 @@ fn is_blank(text: &str) -> bool {
 
 /// Parses one file's text. `file` names it in errors; `.json` files are read as JSON. A blank
 /// file (whitespace, `#` comments and document markers only, even in `.json`) holds nothing.
-pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<ManifestError>> {
+pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<Manifest>, Vec<ManifestError>> {
     if is_blank(text) {
         return Ok(Vec::new());
     }
@@ -183,25 +221,32 @@ pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<Man
             _ => objects.push((label, doc)),
         }
     }
-    let mut services = Vec::new();
+    let mut found = Vec::new();
     let mut problems = Vec::new();
     for (label, obj) in objects {
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        let known = matches!(kind, "APIService" | BACKEND_KIND);
         let name = obj
             .pointer("/metadata/name")
             .and_then(Value::as_str)
-            .map(|n| format!("APIService {n}"))
+            .map(|n| format!("{} {n}", if known { kind } else { "APIService" }))
             .unwrap_or(label);
-        if kind != "APIService" {
-            problems.push(problem(
-                Some(name),
-                Some("kind".into()),
-                format!("must be APIService, List or APIServiceList, not {kind:?}"),
-            ));
-            continue;
-        }
-        match ApiService::from_value(obj) {
-            Ok(s) => services.push(s),
+        let parsed = match kind {
+            "APIService" => ApiService::from_value(obj).map(Manifest::ApiService),
+            BACKEND_KIND => Backend::from_value(obj).map(Manifest::Backend),
+            _ => {
+                problems.push(problem(
+                    Some(name),
+                    Some("kind".into()),
+                    format!(
+                        "must be APIService, {BACKEND_KIND}, List or APIServiceList, not {kind:?}"
+                    ),
+                ));
+                continue;
+            }
+        };
+        match parsed {
+            Ok(object) => found.push(object),
             Err(errs) => problems.extend(
                 errs.into_iter()
                     .map(|e| problem(Some(name.clone()), Some(e.field), e.message)),
@@ -209,7 +254,7 @@ pub fn parse_manifest(text: &str, file: &str) -> Result<Vec<ApiService>, Vec<Man
         }
     }
     if problems.is_empty() {
-        Ok(services)
+        Ok(found)
     } else {
         Err(problems)
     }
@@ -450,8 +495,11 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
             "{ONE}---\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: apiregistration.k8s.io/v1\n  kind: APIService\n  metadata: {{name: v2.a.example.com}}\n  spec: {{group: a.example.com, version: v2, groupPriorityMinimum: 100, versionPriority: 20}}\n"
         );
         let s = parse_manifest(&text, "x.yaml").unwrap();
-        let names: Vec<_> = s.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["v1.a.example.com", "v2.a.example.com"]);
+        let names: Vec<_> = s.iter().map(Manifest::label).collect();
+        assert_eq!(
+            names,
+            ["APIService v1.a.example.com", "APIService v2.a.example.com"]
+        );
     }
 
     #[test]
@@ -531,6 +579,9 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
                 match parse_manifest(&text, file) {
                     Ok(services) => {
                         let in_range = services.iter().all(|s| {
+                            let Manifest::ApiService(s) = s else {
+                                return false;
+                            };
                             (1..=20000).contains(&s.group_priority_minimum)
                                 && (1..=1000).contains(&s.version_priority)
                                 && s.service.as_ref().is_some_and(|svc| svc.port > 0)

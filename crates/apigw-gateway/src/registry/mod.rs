@@ -1,16 +1,21 @@
 //! The APIService registry: an immutable [`Snapshot`] of every registered APIService, swapped
 //! atomically when a source (the manifest directory, later a cluster) delivers a new valid set.
 //! Readers take the current snapshot without locks; watchers learn of changes through
-//! [`Registry::subscribe`].
+//! [`Registry::subscribe`]. An APIService carries its APIServiceBackends ([`Backend`]), so a
+//! snapshot holds every backend of every group version.
 
 mod apiservice;
+mod backend;
 mod manifests;
 
 pub use apiservice::{
     dns1123_subdomain, ApiService, FieldError, InvalidName, Policy, ServiceRef,
     LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
 };
-pub use manifests::{load_dir, manifest_files, parse_manifest, watch_dir, ManifestError};
+pub use backend::{
+    attach, Backend, Orphan, API_VERSION as BACKEND_API_VERSION, KIND as BACKEND_KIND,
+};
+pub use manifests::{load_dir, manifest_files, parse_manifest, watch_dir, Manifest, ManifestError};
 
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
