@@ -99,6 +99,9 @@ pub fn check(flags: &Flags) -> ExitCode {
                         format!("{}:{}", svc.host(), svc.port)
                     });
                     println!("ok: APIService {} -> {target}{}", s.name, policy(&s.policy));
+                    for b in &s.backends {
+                        println!("ok: {}", backend(b));
+                    }
                 }
             }
             Err(problems) => {
@@ -155,6 +158,27 @@ fn files(cfg: &Config) -> Vec<String> {
         }
     }
     problems
+}
+
+/// An APIServiceBackend as `apigw check` prints it: its target, the APIService it serves
+/// beside, its priority and the resources it claims.
+fn backend(b: &apigw_gateway::registry::Backend) -> String {
+    let target = b
+        .target
+        .service
+        .as_ref()
+        .map_or(String::new(), |svc| format!("{}:{}", svc.host(), svc.port));
+    let claims = match b.resources.is_empty() {
+        true => String::new(),
+        false => format!(", claims {}", b.resources.join(", ")),
+    };
+    format!(
+        "{} {} -> {target} (beside APIService {}, priority {}{claims})",
+        apigw_gateway::registry::BACKEND_KIND,
+        b.name,
+        b.api_service,
+        b.priority
+    )
 }
 
 /// An APIService's own request policy, as `apigw check` prints it after its target.

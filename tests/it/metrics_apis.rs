@@ -1,18 +1,31 @@
 //! One API, several backends (issue 49): two metrics adapters built on
 //! sigs.k8s.io/custom-metrics-apiserver (`tests/upstream/metricsadapter`), each serving the
 //! custom and external metrics APIs with metrics of its own, and upstream's HPA controller
-//! (kube-controller-manager v1.36.3) reading them. kube-aggregator routes a group version to
-//! one Service: with the first adapter registered, the second one's metrics do not exist for
-//! the cluster, and an HPA on one of them cannot scale.
+//! (kube-controller-manager v1.36.3) reading them, first through kube-aggregator, then through
+//! apigw. kube-aggregator routes a group version to one Service: with the first adapter
+//! registered, the second one's metrics do not exist for the cluster, and the HPAs on them
+//! cannot scale. apigw serves each group version from both adapters (the second registered by
+//! APIServiceBackend objects), so every HPA scales, under the same controller.
 
-use crate::support::tool::run;
-use crate::support::upstream::{wait_for, Adapter, ControlPlane, ControllerManager};
-use serde_json::Value;
-use std::path::Path;
+use crate::support::tool::{kubectl, run, Ran};
+use crate::support::upstream::{
+    clientgo, wait_for, Adapter, Apigw, ControlPlane, ControllerManager,
+};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
 
-/// A Deployment that runs nothing (no scheduler) and an HPA scaling it on `metric`, an
-/// external metric, with a target of 10 per replica.
-fn workload(name: &str, metric: &str) -> String {
+/// A Deployment that runs nothing (no scheduler) and an HPA scaling it on `metric` with a
+/// target of 10 per replica: an External metric, or the Object metric of `object` (a
+/// Service). An average per replica needs no running pods; a value would.
+fn workload(name: &str, metric: &str, object: Option<&str>) -> String {
+    let spec = match object {
+        None => format!(
+            "type: External\n    external:\n      metric: {{name: {metric}}}\n      target: {{type: AverageValue, averageValue: \"10\"}}"
+        ),
+        Some(service) => format!(
+            "type: Object\n    object:\n      describedObject: {{apiVersion: v1, kind: Service, name: {service}}}\n      metric: {{name: {metric}}}\n      target: {{type: AverageValue, averageValue: \"10\"}}"
+        ),
+    };
     format!(
         r#"
 apiVersion: apps/v1
@@ -33,10 +46,7 @@ spec:
   minReplicas: 1
   maxReplicas: 10
   metrics:
-  - type: External
-    external:
-      metric: {{name: {metric}}}
-      target: {{type: AverageValue, averageValue: "10"}}
+  - {spec}
 "#
     )
 }
@@ -77,8 +87,88 @@ fn direct(cp: &ControlPlane, a: &Adapter, path: &str) -> Value {
     json(&run(Path::new("curl"), &args, None).ok())
 }
 
+/// The metrics APIs' three APIServices as the adapters declare them.
+const METRICS_APIS: [&str; 3] = [
+    "v1beta1.custom.metrics.k8s.io",
+    "v1beta2.custom.metrics.k8s.io",
+    "v1beta1.external.metrics.k8s.io",
+];
+
+/// The objects of a file of JSON documents between `---` lines.
+fn documents(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).expect("the adapter's APIServices");
+    text.split("\n---")
+        .map(|d| d.trim().trim_start_matches("---").trim())
+        .filter(|d| !d.is_empty())
+        .map(json)
+        .collect()
+}
+
+/// apigw's manifest directory: the first adapter's APIServices as they are, and the second
+/// one as an APIServiceBackend of each, as a user registers it.
+fn manifests(cp: &ControlPlane) -> PathBuf {
+    let dir = cp.path("metrics-apis-at-apigw");
+    std::fs::create_dir_all(&dir).expect("a manifest directory");
+    let (a, b) = (&cp.state.adapters[0], &cp.state.adapters[1]);
+    std::fs::copy(&a.apiservices, dir.join(format!("{}.yaml", a.name))).expect("copying");
+    let backends: Vec<String> = documents(&b.apiservices)
+        .iter()
+        .map(|svc| {
+            let name = svc["metadata"]["name"].as_str().expect("a name");
+            json!({
+                "apiVersion": "apigw.dev/v1alpha1",
+                "kind": "APIServiceBackend",
+                "metadata": {"name": format!("{}-{}", b.name, name.replace('.', "-"))},
+                "spec": {
+                    "apiService": name,
+                    "service": svc["spec"]["service"],
+                    "caBundle": svc["spec"]["caBundle"],
+                },
+            })
+            .to_string()
+        })
+        .collect();
+    assert_eq!(backends.len(), 3, "{backends:?}");
+    let file = dir.join(format!("{}-backends.yaml", b.name));
+    std::fs::write(&file, backends.join("\n---\n")).expect("writing the backends");
+    dir
+}
+
+/// The HPAs: `jobs` on adapter-a's external metric (30: 3 replicas), `orders` on adapter-b's
+/// (80: 8), and `backlog` on adapter-b's custom metric of Service `kubernetes` (50: 5).
+fn workloads() -> String {
+    [
+        workload("jobs", "jobs_waiting", None),
+        workload("orders", "orders_pending", None),
+        workload("backlog", "backlog", Some("kubernetes")),
+    ]
+    .join("---\n")
+}
+
+fn replicas(cp: &ControlPlane, name: &str) -> i64 {
+    let out = cp.kubectl(&["get", "deployment", name, "-n", "default", "-o", "json"]);
+    json(&out.ok())["spec"]["replicas"]
+        .as_i64()
+        .unwrap_or_default()
+}
+
+/// Whether HPA `name` reports that it could not get its metric (`reason`).
+fn failing(cp: &ControlPlane, name: &str, reason: &str) -> bool {
+    let out = cp.kubectl(&["get", "hpa", name, "-n", "default", "-o", "json"]);
+    json(&out.ok())["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "ScalingActive" && c["reason"] == reason)
+}
+
+/// What a `kubectl get --raw` that must fail says (`Error from server (...)`).
+fn refusal(ran: &Ran) -> String {
+    ran.fails().trim().to_string()
+}
+
 #[test]
-fn through_kube_aggregator_only_the_registered_adapter_scales_an_hpa() {
+fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggregator() {
     let cp = ControlPlane::start(&["-metrics-adapters"]);
     assert_eq!(cp.state.adapters.len(), 2, "{:?}", cp.state);
     assert!(cp.state.adapters[0].registered && !cp.state.adapters[1].registered);
@@ -90,62 +180,191 @@ fn through_kube_aggregator_only_the_registered_adapter_scales_an_hpa() {
         let got = direct(&cp, a, &path);
         assert_eq!(got["items"][0]["value"], value, "{}: {got}", a.name);
         let listed = direct(&cp, a, "/apis/custom.metrics.k8s.io/v1beta2");
-        let names: Vec<&str> = listed["resources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r["name"].as_str())
-            .collect();
+        let names = resource_names(&listed);
         for custom in &a.custom {
             let (name, _) = custom.split_once('=').expect("RESOURCE/METRIC=QUANTITY");
-            assert!(names.contains(&name), "{}: {name} not in {names:?}", a.name);
+            assert!(
+                names.contains(&name.to_string()),
+                "{}: {name} not in {names:?}",
+                a.name
+            );
         }
-        let apiservices = std::fs::read_to_string(&a.apiservices).expect("its APIServices");
-        assert!(
-            apiservices.contains(&format!("\"name\":\"{}\"", a.name)),
-            "{apiservices}"
-        );
     }
 
-    // The first adapter's metric, through kube-aggregator; the second's does not exist there.
+    // Through kube-aggregator: the first adapter's metric; the second's does not exist there.
     let jobs = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/jobs_waiting";
     let got = cp.kubectl(&["get", "--raw", jobs]).ok();
     assert_eq!(json(&got)["items"][0]["value"], "30", "{got}");
     let orders = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/orders_pending";
-    let missing = cp.kubectl(&["get", "--raw", orders]);
-    assert!(!missing.succeeded(), "{}", missing.stdout());
+    let missing_at_kube = refusal(&cp.kubectl(&["get", "--raw", orders]));
 
     let kcm = ControllerManager::start(&cp, &cp.path("admin.kubeconfig"), "kcm-aggregator");
-    // adapter-a's jobs_waiting is 30: 3 replicas; adapter-b's orders_pending 80: 8.
-    let workloads = [
-        workload("jobs", "jobs_waiting"),
-        workload("orders", "orders_pending"),
-    ];
-    cp.kubectl_in(&["apply", "-f", "-"], &workloads.join("---\n"))
-        .ok();
-    let replicas = |name: &str| {
-        let out = cp.kubectl(&["get", "deployment", name, "-n", "default", "-o", "json"]);
-        json(&out.ok())["spec"]["replicas"]
-            .as_i64()
-            .unwrap_or_default()
-    };
+    cp.kubectl_in(&["apply", "-f", "-"], &workloads()).ok();
     assert!(
-        wait_for(90, || replicas("jobs") == 3),
+        wait_for(90, || replicas(&cp, "jobs") == 3),
         "the HPA on adapter-a's metric did not scale jobs to 3 (it has {}); kube-controller-manager:\n{}",
-        replicas("jobs"),
+        replicas(&cp, "jobs"),
         kcm.logged()
     );
-    let failed = |name: &str| {
-        let out = cp.kubectl(&["get", "hpa", name, "-n", "default", "-o", "json"]);
-        json(&out.ok())["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "ScalingActive" && c["reason"] == "FailedGetExternalMetric")
-    };
     assert!(
-        wait_for(60, || failed("orders")),
-        "the HPA on adapter-b's metric did not report FailedGetExternalMetric"
+        wait_for(60, || failing(&cp, "orders", "FailedGetExternalMetric")
+            && failing(&cp, "backlog", "FailedGetObjectMetric")),
+        "the HPAs on adapter-b's metrics did not report FailedGetExternalMetric and FailedGetObjectMetric"
     );
-    assert_eq!(replicas("orders"), 1, "orders scaled without its metric");
+    assert_eq!(
+        replicas(&cp, "orders"),
+        1,
+        "orders scaled without its metric"
+    );
+    assert_eq!(
+        replicas(&cp, "backlog"),
+        1,
+        "backlog scaled without its metric"
+    );
+    drop(kcm);
+
+    // apigw in front of the same cluster: adapter-a's APIServices, adapter-b's backends.
+    let gw = Apigw::start(&cp, &cp.manifest_mode_in(&manifests(&cp)));
+    let admin = gw.kubeconfig(&cp, "admin");
+    let mut wait = vec!["wait", "--for=condition=Available", "--timeout=90s"];
+    let objects: Vec<String> = METRICS_APIS
+        .iter()
+        .map(|n| format!("apiservice/{n}"))
+        .collect();
+    wait.extend(objects.iter().map(String::as_str));
+    kubectl(&admin, &wait).ok();
+    let condition = json(
+        &kubectl(
+            &admin,
+            &["get", "apiservice", METRICS_APIS[2], "-o", "json"],
+        )
+        .ok(),
+    );
+    let message = condition["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("all checks passed: service ")
+            && message.ends_with(", backend adapter-b-v1beta1-external-metrics-k8s-io"),
+        "{condition}"
+    );
+
+    // Every route form, each answered by the adapter that has the metric.
+    let raw = |path: &str| json(&kubectl(&admin, &["get", "--raw", path]).ok());
+    for version in ["v1beta1", "v1beta2"] {
+        let base = format!("/apis/custom.metrics.k8s.io/{version}");
+        let names = resource_names(&raw(&base));
+        for a in &cp.state.adapters {
+            for custom in &a.custom {
+                let (name, value) = custom.split_once('=').expect("RESOURCE/METRIC=QUANTITY");
+                assert!(
+                    names.contains(&name.to_string()),
+                    "{version}: {name} not in {names:?}"
+                );
+                let (resource, metric) = name.split_once('/').expect("RESOURCE/METRIC");
+                let paths = match resource {
+                    "namespaces" => vec![format!("{base}/namespaces/default/metrics/{metric}")],
+                    _ => vec![
+                        format!("{base}/namespaces/default/{resource}/kubernetes/{metric}"),
+                        format!("{base}/namespaces/default/{resource}/*/{metric}"),
+                    ],
+                };
+                for path in paths {
+                    let got = raw(&path);
+                    let item = if got["items"].is_array() {
+                        &got["items"][0]
+                    } else {
+                        &got
+                    };
+                    assert_eq!(item["value"], value, "{path}: {got}");
+                }
+            }
+        }
+    }
+    let external = raw("/apis/external.metrics.k8s.io/v1beta1");
+    let names = resource_names(&external);
+    for a in &cp.state.adapters {
+        for metric in &a.external {
+            let (name, value) = metric.split_once('=').expect("METRIC=QUANTITY");
+            assert!(names.contains(&name.to_string()), "{name} not in {names:?}");
+            let got = raw(&format!(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{name}"
+            ));
+            assert_eq!(got["items"][0]["value"], value, "{name}: {got}");
+        }
+    }
+    // A metric neither adapter has: the answer of the APIService's own adapter, as through
+    // kube-aggregator (where adapter-b's metric is one such).
+    let nothing = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/nothing_here";
+    let at_apigw = refusal(&kubectl(&admin, &["get", "--raw", nothing]));
+    let at_kube = refusal(&cp.kubectl(&["get", "--raw", nothing]));
+    assert_eq!(at_apigw, at_kube, "an unserved metric through both doors");
+    assert_eq!(
+        missing_at_kube.replace("orders_pending", "nothing_here"),
+        at_kube,
+        "kube-aggregator's answer for adapter-b's metric is its backend's 404"
+    );
+    // Aggregated discovery lists both adapters' resources.
+    let apis = kubectl(&admin, &["get", "--raw", "/apis"]).ok();
+    assert!(apis.contains("external.metrics.k8s.io"), "{apis}");
+
+    // client-go's metrics clients, as the HPA controller reads.
+    let custom: Vec<&str> = cp
+        .state
+        .adapters
+        .iter()
+        .flat_map(|a| &a.custom)
+        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n))
+        .collect();
+    let external: Vec<&str> = cp
+        .state
+        .adapters
+        .iter()
+        .flat_map(|a| &a.external)
+        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n))
+        .collect();
+    let read = clientgo(
+        &admin,
+        "metrics",
+        &[
+            &format!("-custom-metrics={}", custom.join(",")),
+            &format!("-external-metrics={}", external.join(",")),
+        ],
+    )
+    .json();
+    for a in &cp.state.adapters {
+        for (name, value) in a
+            .custom
+            .iter()
+            .chain(&a.external)
+            .filter_map(|m| m.split_once('='))
+        {
+            assert_eq!(
+                read["metrics"][name], value,
+                "client-go read {name}: {read}"
+            );
+        }
+    }
+
+    // The same HPAs under the HPA controller talking to apigw: every one scales.
+    let kcm = ControllerManager::start(&cp, &admin, "kcm-apigw");
+    let want = [("jobs", 3), ("orders", 8), ("backlog", 5)];
+    let scaled = || want.iter().all(|(name, n)| replicas(&cp, name) == *n);
+    assert!(
+        wait_for(120, scaled),
+        "through apigw, not every HPA scaled: {:?} (want {want:?}); kube-controller-manager:\n{}\napigw:\n{}",
+        want.map(|(name, _)| (name, replicas(&cp, name))),
+        kcm.logged(),
+        gw.logged()
+    );
+}
+
+/// The resource names of an APIResourceList.
+fn resource_names(list: &Value) -> Vec<String> {
+    list["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect()
 }

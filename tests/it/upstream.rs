@@ -1046,6 +1046,7 @@ fn render_chart(release: &str, values: &str, namespace: &str) -> String {
             &chart.join("ci").join(values).display().to_string(),
             "--namespace",
             namespace,
+            "--include-crds",
         ],
         None,
     )
@@ -1239,6 +1240,44 @@ fn cluster_mode_with_exactly_the_charts_rbac() {
         pf_uids(&cp, &gw.url, "alice", path),
         gw.logged()
     );
+
+    // An APIServiceBackend (the chart's CRD) made with kubectl: a second backend of
+    // v1alpha1.wardle.example.com, here sample-apiserver again, checked and routed with it.
+    let svc = serde_json::from_str::<Value>(
+        &cp.kubectl(&["get", "apiservice", WARDLE[0], "-o", "json"])
+            .ok(),
+    )
+    .expect("the APIService");
+    let backend = json!({
+        "apiVersion": "apigw.dev/v1alpha1", "kind": "APIServiceBackend",
+        "metadata": {"name": "wardle-second"},
+        "spec": {"apiService": WARDLE[0], "service": svc["spec"]["service"],
+                 "caBundle": svc["spec"]["caBundle"], "priority": 1}
+    });
+    cp.kubectl_in(&["apply", "-f", "-"], &backend.to_string())
+        .ok();
+    let message = || {
+        let url = format!(
+            "{}/apis/apiregistration.k8s.io/v1/apiservices/{}",
+            gw.url, WARDLE[0]
+        );
+        let got = curl(&cp, "admin", &[&url]).stdout();
+        serde_json::from_str::<Value>(&got).unwrap_or(Value::Null)["status"]["conditions"][0]
+            ["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        wait_for(30, || message()
+            .ends_with("backend wardle-second, service wardle/api")),
+        "apigw did not take the APIServiceBackend: {}; its log:\n{}",
+        message(),
+        gw.logged()
+    );
+    // Served by the backend of priority 1 now, flunders answer as before.
+    let listed = curl(&cp, "admin", &[&flunders]).text();
+    assert!(listed.contains("\"kind\":\"FlunderList\""), "{listed}");
 
     // Nothing refused by the cluster: no 403 from kube-apiserver in apigw's log (read after
     // each line's timestamp, whose microseconds may well read 403).

@@ -219,6 +219,20 @@ impl ControlPlane {
         args
     }
 
+    /// apigw's flags in manifest mode with the manifests of `dir` instead of the launcher's,
+    /// each metrics adapter's name resolved to its port on loopback.
+    pub fn manifest_mode_in(&self, dir: &Path) -> Vec<String> {
+        let mut args = self.front_door();
+        args.extend(["--apiservice-dir".into(), dir.display().to_string()]);
+        for a in &self.state.adapters {
+            args.extend([
+                "--resolve".into(),
+                format!("{}:{}=127.0.0.1:{}", a.host, a.port, a.port),
+            ]);
+        }
+        args
+    }
+
     /// apigw's flags to authenticate and authorize as kube-apiserver does, and so as
     /// kube-aggregator's door does: anonymous requests on (kube-apiserver's default) and every
     /// decision asked of kube-apiserver by SubjectAccessReview (`apigw-authorization.yaml`).

@@ -1,10 +1,12 @@
-//! The cluster's APIServices as a registry source: a `kube` watcher (with backoff; it resumes
-//! from its resourceVersion after a dropped watch and relists after 410 Gone) feeding a
-//! reflector store; every change turns the whole store into a new [`Snapshot`]. An object that
-//! fails validation is logged with its name and fields and left out, so one bad APIService
-//! never blocks the others. Readiness is a latch released after the first full list.
+//! The cluster's APIServices and APIServiceBackends as a registry source: a `kube` watcher of
+//! each (with backoff; it resumes from its resourceVersion after a dropped watch and relists
+//! after 410 Gone) feeding a reflector store; every change turns both stores into a new
+//! [`Snapshot`]. An object that fails validation is logged with its name and fields and left
+//! out, so one bad object never blocks the others; so is a backend whose APIService is missing
+//! or `Local`. Readiness is a latch released after the first full list of APIServices: a
+//! cluster without the APIServiceBackend CRD serves its APIServices all the same.
 
-use crate::registry::{ApiService, FieldError, Registry, Snapshot};
+use crate::registry::{attach, ApiService, Backend, FieldError, Registry, Snapshot, BACKEND_KIND};
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -21,6 +23,18 @@ pub fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, "apiservices")
 }
 
+/// `apigw.dev/v1alpha1` APIServiceBackend (the CRD the chart installs), for dynamic API access.
+pub fn backend_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("apigw.dev", "v1alpha1", BACKEND_KIND);
+    ApiResource::from_gvk_with_plural(&gvk, "apiservicebackends")
+}
+
+/// Which watch an event came from.
+enum From {
+    ApiServices,
+    Backends,
+}
+
 /// A running APIService source.
 #[derive(Clone)]
 pub struct ApiServiceSource {
@@ -33,36 +47,61 @@ impl ApiServiceSource {
     /// change. Runs until the runtime stops.
     pub fn spawn(client: kube::Client, registry: Arc<Registry>) -> Self {
         let ar = api_resource();
-        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let writer = reflector::store::Writer::new(ar);
         let store = writer.as_reader();
         let (ready_tx, ready) = watch::channel(false);
-        let events = reflector::reflector(
+        let apiservices = reflector::reflector(
             writer,
             watcher::watcher(api, watcher::Config::default()).default_backoff(),
+        );
+        let br = backend_resource();
+        let backends_api: Api<DynamicObject> = Api::all_with(client, &br);
+        let backends_writer = reflector::store::Writer::new(br);
+        let backends = backends_writer.as_reader();
+        let backend_events = reflector::reflector(
+            backends_writer,
+            watcher::watcher(backends_api, watcher::Config::default()).default_backoff(),
+        );
+        let events = futures_util::stream::select(
+            apiservices.map(|e| (From::ApiServices, e)),
+            backend_events.map(|e| (From::Backends, e)),
         );
         let reader = store.clone();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
-            let mut synced = false;
+            let (mut synced, mut backends_synced) = (false, false);
             let mut errors =
                 super::refusals::WatchErrors::new("apiregistration.k8s.io", "apiservices");
+            let mut backend_errors =
+                super::refusals::WatchErrors::new("apigw.dev", "apiservicebackends");
             let mut reported = HashMap::new();
-            while let Some(event) = events.next().await {
+            while let Some((from, event)) = events.next().await {
+                let (done, errors) = match from {
+                    From::ApiServices => (&mut synced, &mut errors),
+                    From::Backends => (&mut backends_synced, &mut backend_errors),
+                };
                 match event {
                     Ok(Event::InitDone) => {
-                        synced = true;
+                        *done = true;
                         errors.recovered();
                     }
-                    Ok(Event::Apply(_) | Event::Delete(_)) if synced => {}
+                    Ok(Event::Apply(_) | Event::Delete(_)) if *done => {}
                     Ok(_) => continue,
                     Err(e) => {
                         errors.report(&e);
                         continue;
                     }
                 }
+                if !synced {
+                    continue;
+                }
                 let objects = reader.state().iter().map(|o| to_json(o)).collect();
-                let (snapshot, problems) = snapshot_of(objects);
+                let extra = match backends_synced {
+                    true => backends.state().iter().map(|o| to_json(o)).collect(),
+                    false => Vec::new(),
+                };
+                let (snapshot, problems) = snapshot_of(objects, extra);
                 report(&mut reported, problems);
                 if registry.replace(snapshot) {
                     tracing::info!(
@@ -97,9 +136,13 @@ impl ApiServiceSource {
 /// that change on every status write, so status write-back does not churn the registry.
 fn to_json(obj: &DynamicObject) -> Value {
     let mut value = serde_json::to_value(obj).unwrap_or(Value::Null);
+    let (api_version, kind) = match &obj.types {
+        Some(t) if t.kind == BACKEND_KIND => (t.api_version.as_str(), BACKEND_KIND),
+        _ => ("apiregistration.k8s.io/v1", "APIService"),
+    };
     if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), "apiregistration.k8s.io/v1".into());
-        map.insert("kind".into(), "APIService".into());
+        map.insert("apiVersion".into(), api_version.into());
+        map.insert("kind".into(), kind.into());
         map.remove("status");
     }
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -109,23 +152,48 @@ fn to_json(obj: &DynamicObject) -> Value {
     value
 }
 
-/// The valid objects as a snapshot, and the problems of the invalid ones by name.
-pub fn snapshot_of(objects: Vec<Value>) -> (Snapshot, HashMap<String, Vec<FieldError>>) {
+/// The valid APIServices, with the valid backends of `backends` attached, as a snapshot, and
+/// the problems of the others by `<kind> <name>`.
+pub fn snapshot_of(
+    objects: Vec<Value>,
+    backends: Vec<Value>,
+) -> (Snapshot, HashMap<String, Vec<FieldError>>) {
     let mut valid = Vec::with_capacity(objects.len());
     let mut problems = HashMap::new();
+    let name = |obj: &Value| obj["metadata"]["name"].as_str().unwrap_or("").to_string();
     for obj in objects {
-        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let label = format!("APIService {}", name(&obj));
         match ApiService::from_value(obj) {
             Ok(svc) => valid.push(svc),
             Err(errors) => {
-                problems.insert(name, errors);
+                problems.insert(label, errors);
             }
         }
+    }
+    let mut extra = Vec::with_capacity(backends.len());
+    for obj in backends {
+        let label = format!("{BACKEND_KIND} {}", name(&obj));
+        match Backend::from_value(obj) {
+            Ok(b) => extra.push(b),
+            Err(errors) => {
+                problems.insert(label, errors);
+            }
+        }
+    }
+    for orphan in attach(&mut valid, extra) {
+        let field = FieldError {
+            field: "spec.apiService".into(),
+            message: orphan.why,
+        };
+        problems.insert(
+            format!("{BACKEND_KIND} {}", orphan.backend.name),
+            vec![field],
+        );
     }
     (Snapshot::new(valid), problems)
 }
 
-/// Logs each invalid APIService once per distinct set of problems.
+/// Logs each invalid object once per distinct set of problems.
 fn report(reported: &mut HashMap<String, String>, problems: HashMap<String, Vec<FieldError>>) {
     reported.retain(|name, _| problems.contains_key(name));
     for (name, errors) in problems {
@@ -135,7 +203,7 @@ fn report(reported: &mut HashMap<String, String>, problems: HashMap<String, Vec<
             .collect::<Vec<_>>()
             .join("; ");
         if reported.get(&name) != Some(&text) {
-            tracing::warn!(apiservice = %name, problems = %text, "ignoring invalid APIService");
+            tracing::warn!(object = %name, problems = %text, "ignoring an invalid object");
             reported.insert(name, text);
         }
     }
@@ -158,14 +226,31 @@ mod tests {
     fn one_bad_object_does_not_block_the_others() {
         let mut bad = apiservice("v1.b.example.com", "b.example.com", "v1");
         bad["spec"]["groupPriorityMinimum"] = json!(0);
-        let (snap, problems) = snapshot_of(vec![
-            apiservice("v1.a.example.com", "a.example.com", "v1"),
-            bad,
-        ]);
+        let backend = |name: &str, api_service: &str| {
+            json!({"apiVersion": "apigw.dev/v1alpha1", "kind": "APIServiceBackend",
+                   "metadata": {"name": name},
+                   "spec": {"apiService": api_service, "insecureSkipTLSVerify": true,
+                            "service": {"name": name, "namespace": "ns"}}})
+        };
+        let (snap, problems) = snapshot_of(
+            vec![apiservice("v1.a.example.com", "a.example.com", "v1"), bad],
+            vec![
+                backend("second", "v1.a.example.com"),
+                backend("lost", "v1.b.example.com"),
+                backend("Bad", "v1.a.example.com"),
+            ],
+        );
         assert_eq!(snap.len(), 1);
-        assert!(snap.get("v1.a.example.com").is_some());
-        let errs = &problems["v1.b.example.com"];
+        let a = snap.get("v1.a.example.com").unwrap();
+        assert_eq!(a.backends.len(), 1);
+        assert_eq!(a.backends[0].target.name, "v1.a.example.com/second");
+        let errs = &problems["APIService v1.b.example.com"];
         assert_eq!(errs[0].field, "spec.groupPriorityMinimum");
+        assert_eq!(
+            problems["APIServiceBackend lost"][0].to_string(),
+            "spec.apiService: there is no APIService v1.b.example.com"
+        );
+        assert_eq!(problems["APIServiceBackend Bad"][0].field, "metadata.name");
     }
 
     #[test]

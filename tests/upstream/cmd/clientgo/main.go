@@ -35,14 +35,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/metrics/pkg/client/custom_metrics"
+	"k8s.io/metrics/pkg/client/external_metrics"
 )
 
 var flunders = schema.GroupVersionResource{Group: "wardle.example.com", Version: "v1alpha1", Resource: "flunders"}
@@ -52,9 +57,11 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the server to drive (required)")
 	namespace := flag.String("namespace", "default", "namespace for the objects the check makes")
 	resource := flag.String("resource", "configmaps", "watchlist: configmaps or flunders")
+	custom := flag.String("custom-metrics", "", "metrics: custom metrics to read, RESOURCE/METRIC,... (namespaces/METRIC: the namespace's own)")
+	external := flag.String("external-metrics", "", "metrics: external metrics to read, METRIC,...")
 	flag.Parse()
 	if *kubeconfig == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: clientgo -kubeconfig FILE [-namespace NS] discovery|dynamic|protobuf|watchlist|cbor")
+		fmt.Fprintln(os.Stderr, "usage: clientgo -kubeconfig FILE [-namespace NS] discovery|dynamic|protobuf|watchlist|cbor|metrics")
 		os.Exit(2)
 	}
 	check := flag.Arg(0)
@@ -88,6 +95,8 @@ func main() {
 		out, err = checkWatchList(ctx, cfg, gvr, *namespace)
 	case "cbor":
 		out, err = checkCBOR(ctx, cfg, *namespace)
+	case "metrics":
+		out, err = checkMetrics(cfg, *namespace, list(*custom), list(*external))
 	default:
 		err = fmt.Errorf("unknown check %q", check)
 	}
@@ -100,6 +109,74 @@ func main() {
 		fail(err)
 	}
 	fmt.Println(string(text))
+}
+
+// list splits a comma-separated flag value.
+func list(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// checkMetrics reads metrics with the clients the HPA controller uses
+// (k8s.io/metrics/pkg/client): custom metrics of one object by name and of every object of its
+// kind (`*`), a namespace's own custom metrics, and external metrics. Each value as read.
+func checkMetrics(cfg *rest.Config, namespace string, custom, external []string) (map[string]any, error) {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	cm := custom_metrics.NewForConfig(cfg, mapper, custom_metrics.NewAvailableAPIsGetter(disco))
+	got := map[string]any{}
+	for _, name := range custom {
+		resource, metric, ok := strings.Cut(name, "/")
+		if !ok {
+			return nil, fmt.Errorf("custom metric %q: want RESOURCE/METRIC", name)
+		}
+		if resource == "namespaces" {
+			v, err := cm.RootScopedMetrics().GetForObject(schema.GroupKind{Kind: "Namespace"}, namespace, metric, labels.Everything())
+			if err != nil {
+				return nil, fmt.Errorf("custom metric %s of namespace %s: %w", metric, namespace, err)
+			}
+			got[name] = v.Value.String()
+			continue
+		}
+		kind, err := mapper.KindFor(schema.GroupVersionResource{Resource: resource})
+		if err != nil {
+			return nil, fmt.Errorf("kind of %s: %w", resource, err)
+		}
+		gk := kind.GroupKind()
+		all, err := cm.NamespacedMetrics(namespace).GetForObjects(gk, labels.Everything(), metric, labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("custom metric %s of every %s: %w", metric, resource, err)
+		}
+		if len(all.Items) == 0 {
+			return nil, fmt.Errorf("custom metric %s of every %s: no items", metric, resource)
+		}
+		one, err := cm.NamespacedMetrics(namespace).GetForObject(gk, all.Items[0].DescribedObject.Name, metric, labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("custom metric %s of %s %s: %w", metric, resource, all.Items[0].DescribedObject.Name, err)
+		}
+		got[name] = one.Value.String()
+		got[resource+"/*/"+metric] = len(all.Items)
+	}
+	em, err := external_metrics.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, metric := range external {
+		v, err := em.NamespacedMetrics(namespace).List(metric, labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("external metric %s: %w", metric, err)
+		}
+		if len(v.Items) == 0 {
+			return nil, fmt.Errorf("external metric %s: no items", metric)
+		}
+		got[metric] = v.Items[0].Value.String()
+	}
+	return map[string]any{"metrics": got}, nil
 }
 
 func fail(err error) {
