@@ -24,6 +24,7 @@ pub async fn walk(ctx: &Ctx, svc: &ApiService, manifest: Step) -> ServiceReport 
         steps: vec![manifest],
         ca_bundle_file: None,
         commands: Vec::new(),
+        listed: None,
     };
     let Some(service) = &svc.service else {
         report.steps.push(Step::ok(
@@ -51,7 +52,7 @@ pub async fn walk(ctx: &Ctx, svc: &ApiService, manifest: Step) -> ServiceReport 
     };
     let trust = trust_source(ctx, svc, &bundle);
     report.steps.push(trust_step(svc, trust.as_ref()));
-    let addr = network(ctx, svc, service, trust.as_ref(), &mut report.steps).await;
+    let addr = network(ctx, svc, service, trust.as_ref(), &mut report).await;
     let ca_file = report
         .ca_bundle_file
         .as_deref()
@@ -172,8 +173,9 @@ async fn network(
     svc: &ApiService,
     service: &ServiceRef,
     trust: Option<&TrustSource<'_>>,
-    steps: &mut Vec<Step>,
+    report: &mut ServiceReport,
 ) -> Option<SocketAddr> {
+    let steps = &mut report.steps;
     let addrs = match resolve(ctx, service).await {
         Ok((step, addrs)) => {
             steps.push(step);
@@ -194,11 +196,14 @@ async fn network(
             return addrs.first().copied();
         }
     };
-    steps.extend(tls_and_request(ctx, svc, service, trust, tcp, addr).await);
+    let (steps, listed) = tls_and_request(ctx, svc, service, trust, tcp, addr).await;
+    report.steps.extend(steps);
+    report.listed = listed;
     Some(addr)
 }
 
-/// The handshake, then (when it succeeds) the discovery GET over the same connection.
+/// The handshake, then (when it succeeds) the discovery GET over the same connection, and the
+/// APIResourceList it answered.
 async fn tls_and_request(
     ctx: &Ctx,
     svc: &ApiService,
@@ -206,7 +211,7 @@ async fn tls_and_request(
     trust: Option<&TrustSource<'_>>,
     tcp: TcpStream,
     addr: SocketAddr,
-) -> Vec<Step> {
+) -> (Vec<Step>, Option<serde_json::Value>) {
     let host = service.host();
     let verifier = match trust
         .map(|t| probe::webpki_verifier(t.roots, &t.name))
@@ -214,19 +219,20 @@ async fn tls_and_request(
     {
         Ok(v) => v,
         Err(e) => {
-            return vec![Step::failed(
+            let step = Step::failed(
                 "tls-handshake",
                 "NoTrustedCAs",
                 e.to_string(),
                 "set spec.caBundle to the CA that signed the serving cert",
-            )]
+            );
+            return (vec![step], None);
         }
     };
     let hs = probe::handshake(tcp, &host, verifier, ctx.proxy_cert.clone(), ctx.timeout).await;
     let explained = explain(&hs.chain, &host, trust);
     let tls = match hs.result {
         Ok(tls) => tls,
-        Err(e) => return answers::handshake_failure(ctx, &e, addr, explained),
+        Err(e) => return (answers::handshake_failure(ctx, &e, addr, explained), None),
     };
     let (_, session) = tls.get_ref();
     let version = session
@@ -241,8 +247,14 @@ async fn tls_and_request(
     let authority = format!("{host}:{}", service.port);
     let path = format!("/apis/{}/{}", svc.group, svc.version);
     let answer = probe::get(tls, &authority, &path, ctx.timeout).await;
+    let listed = answer
+        .as_ref()
+        .ok()
+        .filter(|a| a.status.is_success())
+        .and_then(|a| serde_json::from_slice::<serde_json::Value>(&a.body).ok())
+        .filter(|doc| doc["kind"] == "APIResourceList");
     steps.extend(answers::request_steps(ctx, svc, &path, answer));
-    steps
+    (steps, listed)
 }
 
 async fn resolve(ctx: &Ctx, service: &ServiceRef) -> Result<(Step, Vec<SocketAddr>), Step> {

@@ -22,6 +22,7 @@ pub mod trust;
 pub use report::{Recipe, Report, ServiceReport, Status, Step};
 
 use apigw_core::certs::inspect::OutputFormat;
+use apigw_gateway::availability::{Condition, Member, Members, State};
 use apigw_gateway::config::{Config, Flags};
 use apigw_gateway::registry::{load_dir, parse_manifest, ApiService, Manifest, BACKEND_KIND};
 use std::collections::BTreeMap;
@@ -156,11 +157,15 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
                     steps,
                     ca_bundle_file: None,
                     commands: Vec::new(),
+                    listed: None,
                 },
             }
         }
     });
     report.apiservices = futures_util::future::join_all(walks).await;
+    if let Ok(services) = load_dir(dir) {
+        routing(&services, &mut report.apiservices);
+    }
     if let Some((steps, source)) = &backend_trust {
         for svc in report
             .apiservices
@@ -171,6 +176,77 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
         }
     }
     report
+}
+
+/// For each APIService with APIServiceBackends, a `backends` step on its report: the routing
+/// order, and each resource that more than one backend lists with the one that serves it, by
+/// the gateway's own rule ([`Members`]) over what each backend's walk was answered.
+fn routing(services: &[ApiService], reports: &mut [ServiceReport]) {
+    for svc in services.iter().filter(|s| !s.backends.is_empty()) {
+        let svc = std::sync::Arc::new(svc.clone());
+        let checked: Vec<Member> = Members::targets(&svc)
+            .into_iter()
+            .map(|(target, backend)| {
+                let listed = reports
+                    .iter()
+                    .find(|r| r.name == target.name)
+                    .and_then(|r| r.listed.clone());
+                let state = State {
+                    condition: Condition {
+                        available: listed.is_some(),
+                        reason: "",
+                        message: String::new(),
+                        last_transition: std::time::SystemTime::now(),
+                    },
+                    resources: listed.map(std::sync::Arc::new),
+                    aggregated: None,
+                    members: None,
+                };
+                Member {
+                    target,
+                    backend,
+                    state,
+                }
+            })
+            .collect();
+        let members = Members::new(&svc, checked);
+        let order: Vec<String> = members
+            .iter()
+            .map(|m| match &m.backend {
+                Some(b) => format!("backend {} (priority {})", b.name, b.priority),
+                None => "its own service (priority 0)".to_string(),
+            })
+            .collect();
+        let order = format!("routing order: {}", order.join(", "));
+        let conflicts: Vec<String> = members
+            .conflicts()
+            .iter()
+            .map(|(name, serving, others)| {
+                let others: Vec<&str> = others.iter().map(|m| m.target.name.as_str()).collect();
+                format!(
+                    "{name} by {} over {}",
+                    serving.target.name,
+                    others.join(", ")
+                )
+            })
+            .collect();
+        let step = if conflicts.is_empty() {
+            Step::ok("backends", format!("{order}; no resource is listed by two"))
+        } else {
+            Step::warning(
+                "backends",
+                "SharedResources",
+                format!(
+                    "{order}; listed by more than one, served by the first: {}",
+                    conflicts.join("; ")
+                ),
+                "set spec.priority of an APIServiceBackend to choose which serves them",
+            )
+        };
+        if let Some(report) = reports.iter_mut().find(|r| r.name == svc.name) {
+            report.steps.push(step);
+        }
+    }
 }
 
 /// What every walk shares: the gateway's resolver, trust fallback and client certificate.

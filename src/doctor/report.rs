@@ -99,6 +99,10 @@ pub struct ServiceReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle_file: Option<PathBuf>,
     pub commands: Vec<Recipe>,
+    /// The APIResourceList the backend answered, for deciding which of several backends
+    /// serves what.
+    #[serde(skip)]
+    pub listed: Option<serde_json::Value>,
 }
 
 /// The whole diagnosis.

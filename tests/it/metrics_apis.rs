@@ -7,6 +7,7 @@
 //! cannot scale. apigw serves each group version from both adapters (the second registered by
 //! APIServiceBackend objects), so every HPA scales, under the same controller.
 
+use crate::support::binary;
 use crate::support::tool::{kubectl, run, Ran};
 use crate::support::upstream::{
     clientgo, wait_for, Adapter, Apigw, ControlPlane, ControllerManager,
@@ -224,7 +225,8 @@ fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggreg
     drop(kcm);
 
     // apigw in front of the same cluster: adapter-a's APIServices, adapter-b's backends.
-    let gw = Apigw::start(&cp, &cp.manifest_mode_in(&manifests(&cp)));
+    let args = cp.manifest_mode_in(&manifests(&cp));
+    let gw = Apigw::start(&cp, &args);
     let admin = gw.kubeconfig(&cp, "admin");
     let mut wait = vec!["wait", "--for=condition=Available", "--timeout=90s"];
     let objects: Vec<String> = METRICS_APIS
@@ -247,6 +249,59 @@ fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggreg
         message.starts_with("all checks passed: service ")
             && message.ends_with(", backend adapter-b-v1beta1-external-metrics-k8s-io"),
         "{condition}"
+    );
+
+    // `apigw check` lists each backend; `apigw doctor` walks each as `<apiservice>/<backend>`
+    // and tells each APIService's routing order.
+    let mut check = vec!["check"];
+    check.extend(args.iter().map(String::as_str));
+    let checked = binary::text(&binary::run(None, &check));
+    let backend = format!(
+        "{}-v1beta1-external-metrics-k8s-io",
+        cp.state.adapters[1].name
+    );
+    assert!(
+        checked.contains(&format!(
+            "ok: APIServiceBackend {backend} -> {}:{} (beside APIService {}, priority 0)",
+            cp.state.adapters[1].host, cp.state.adapters[1].port, METRICS_APIS[2]
+        )),
+        "{checked}"
+    );
+    let mut doctor = vec!["doctor", "--output", "json"];
+    doctor.extend(args.iter().map(String::as_str));
+    let ca_dir = cp.arg("doctor-ca");
+    doctor.extend(["--ca-dir", &ca_dir]);
+    let report: Value = serde_json::from_slice(&binary::run(None, &doctor).stdout).expect("JSON");
+    let walked = |name: &str| {
+        report["apiservices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not walked: {report:#}"))
+            .clone()
+    };
+    let own = walked(METRICS_APIS[2]);
+    let of_backend = walked(&format!("{}/{backend}", METRICS_APIS[2]));
+    for r in [&own, &of_backend] {
+        let failed: Vec<&Value> = r["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["status"] == "failed")
+            .collect();
+        assert!(failed.is_empty(), "{failed:?}");
+    }
+    let routing = own["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["check"] == "backends")
+        .unwrap_or_else(|| panic!("no backends step: {own:#}"));
+    assert_eq!(
+        routing["message"],
+        format!("routing order: its own service (priority 0), backend {backend} (priority 0); no resource is listed by two"),
+        "{routing}"
     );
 
     // Every route form, each answered by the adapter that has the metric.

@@ -6,8 +6,8 @@
 //!   APIService's own service first among equals), the first whose last good APIResourceList
 //!   lists the resource, or whose `spec.resources` claims it; a resource no backend serves goes
 //!   to the APIService's own service, which answers as kube-aggregator's backend would (404);
-//! - **the one API clients see**: the APIResourceList merged from what each backend serves, and
-//!   the aggregated discovery entry merged likewise when every backend serves one;
+//! - **the one API clients see**: the APIResourceList merged from what each backend serves
+//!   (aggregated discovery converts it);
 //! - **the APIService's `Available` condition**: True while any backend is up, its message
 //!   naming each backend that is down. A backend that is down answers 503 for its own
 //!   resources only; its last good resources stay listed.
@@ -111,27 +111,90 @@ impl Members {
         }
     }
 
+    /// The resources more than one member lists, each with the member that serves it (the
+    /// first in routing order) and the others that list it, by resource name.
+    pub fn conflicts(&self) -> Vec<(&str, &Member, Vec<&Member>)> {
+        let mut out: Vec<(&str, &Member, Vec<&Member>)> = Vec::new();
+        for (name, &first) in &self.listed {
+            let serving = self.serving(name);
+            let others: Vec<&Member> = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(i, m)| {
+                    !std::ptr::eq(*m, serving)
+                        && (*i == first || resource_names(&m.state).any(|n| n == name))
+                })
+                .map(|(_, m)| m)
+                .collect();
+            if !others.is_empty() {
+                out.push((name, serving, others));
+            }
+        }
+        out.sort_by_key(|(name, _, _)| *name);
+        out
+    }
+
+    /// The conflicts, as the condition's message tells them: at most five, then how many more.
+    fn conflicts_told(&self) -> String {
+        let conflicts = self.conflicts();
+        if conflicts.is_empty() {
+            return String::new();
+        }
+        let mut told: Vec<String> = conflicts
+            .iter()
+            .take(5)
+            .map(|(name, serving, others)| {
+                let others: Vec<String> = others.iter().map(|m| m.label()).collect();
+                format!("{name} by {} over {}", serving.label(), others.join(", "))
+            })
+            .collect();
+        if conflicts.len() > 5 {
+            told.push(format!("{} more", conflicts.len() - 5));
+        }
+        format!(
+            "; listed by more than one backend, served by priority: {}",
+            told.join("; ")
+        )
+    }
+
     /// The APIResourceList of the group version: each resource from the member serving it,
     /// in routing order.
     fn merged_list(&self) -> Value {
-        let mut resources = Vec::new();
-        for (i, m) in self.members.iter().enumerate() {
-            let Some(list) = &m.state.resources else {
-                continue;
-            };
-            for r in list["resources"].as_array().into_iter().flatten() {
-                let name = r["name"].as_str().unwrap_or_default();
-                if std::ptr::eq(self.serving(name), &self.members[i]) {
-                    resources.push(r.clone());
-                }
-            }
-        }
+        let resources = self.pick();
         json!({
             "kind": "APIResourceList",
             "apiVersion": "v1",
             "groupVersion": self.group_version,
             "resources": resources,
         })
+    }
+
+    /// Each listed resource once: from the member that serves it when that member lists it,
+    /// else from the first that lists it (a resource claimed by the pattern of a backend that
+    /// does not list it), in routing order.
+    fn pick(&self) -> Vec<Value> {
+        let entries = |m: &Member| {
+            m.state
+                .resources
+                .as_deref()
+                .and_then(|l| l["resources"].as_array().cloned())
+                .unwrap_or_default()
+        };
+        let has = |m: &Member, name: &str| resource_names(&m.state).any(|n| n == name);
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for m in &self.members {
+            for r in entries(m) {
+                let name = r["name"].as_str().unwrap_or_default().to_string();
+                let serving = self.serving(&name);
+                let from_here = std::ptr::eq(serving, m) || !has(serving, &name);
+                if from_here && seen.insert(name) {
+                    out.push(r);
+                }
+            }
+        }
+        out
     }
 
     /// The group version's state, as one APIService's: its condition from every member's, the
@@ -178,6 +241,7 @@ impl Members {
                 ),
             ),
         };
+        let message = message + &self.conflicts_told();
         let last_transition = match previous {
             Some(p) if p.condition.available == available => p.condition.last_transition,
             _ => std::time::SystemTime::now(),
@@ -189,11 +253,6 @@ impl Members {
             (Some(old), Some(new)) if old == new => Some(old),
             (_, new) => new,
         };
-        let aggregated = self.merged_entry();
-        let aggregated = match (previous.and_then(|p| p.aggregated.clone()), aggregated) {
-            (Some(old), Some(new)) if old == new => Some(old),
-            (_, new) => new,
-        };
         State {
             condition: Condition {
                 available,
@@ -202,32 +261,11 @@ impl Members {
                 last_transition,
             },
             resources,
-            aggregated,
+            // The merged list, converted: the backends' own aggregated entries cannot be
+            // merged resource by resource (custom metrics are subresources of one `pods`).
+            aggregated: None,
             members: Some(Arc::new(self)),
         }
-    }
-
-    /// The aggregated discovery entry of the group version when every member has one: each
-    /// resource from the member serving it. None otherwise (the merged APIResourceList,
-    /// converted, stands in).
-    fn merged_entry(&self) -> Option<Arc<Value>> {
-        let mut resources = Vec::new();
-        let mut version = None;
-        for (i, m) in self.members.iter().enumerate() {
-            let entry = m.state.aggregated.as_ref()?;
-            version.get_or_insert_with(|| entry["version"].clone());
-            for r in entry["resources"].as_array().into_iter().flatten() {
-                let name = r["resource"].as_str().unwrap_or_default();
-                if std::ptr::eq(self.serving(name), &self.members[i]) {
-                    resources.push(r.clone());
-                }
-            }
-        }
-        let mut entry = json!({"version": version?, "freshness": "Current"});
-        if !resources.is_empty() {
-            entry["resources"] = Value::Array(resources);
-        }
-        Some(Arc::new(entry))
     }
 }
 
@@ -421,6 +459,27 @@ mod tests {
             ]
         );
         assert_eq!(m.list["groupVersion"], "custom.metrics.k8s.io/v1beta1");
+        let told: Vec<(&str, &str, Vec<&str>)> = m
+            .conflicts()
+            .into_iter()
+            .map(|(name, serving, others)| {
+                let others = others.iter().map(|o| o.target.name.as_str()).collect();
+                (name, serving.target.name.as_str(), others)
+            })
+            .collect();
+        assert_eq!(
+            told,
+            [(
+                "shared",
+                "v1beta1.custom.metrics.k8s.io",
+                vec!["v1beta1.custom.metrics.k8s.io/b"]
+            )]
+        );
+        assert!(
+            m.state(None).condition.message.ends_with(
+                "; listed by more than one backend, served by priority: shared by service metrics/adapter-a over backend b"
+            ),
+        );
     }
 
     #[test]
@@ -455,6 +514,35 @@ mod tests {
             none.condition.message,
             "no backend is available: service metrics/adapter-a (FailedDiscoveryCheck): refused; backend b (FailedDiscoveryCheck): refused"
         );
+    }
+
+    #[test]
+    fn a_resource_claimed_over_a_listing_stays_listed_and_is_told() {
+        let svc = svc(&[("b", 0, &[]), ("keda", 5, &["keda-*"])]);
+        // Routing order: keda, own, b.
+        let m = members(
+            &svc,
+            vec![
+                state(true, &[]),
+                state(true, &[]),
+                state(true, &["keda-queue"]),
+            ],
+        );
+        let attrs = Attributes::from_request(
+            &Method::GET,
+            "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ns/keda-queue",
+            None,
+        );
+        assert_eq!(
+            m.for_request(&attrs).target.name,
+            "v1beta1.custom.metrics.k8s.io/keda"
+        );
+        assert_eq!(m.list["resources"][0]["name"], "keda-queue");
+        assert!(m
+            .state(None)
+            .condition
+            .message
+            .ends_with("served by priority: keda-queue by backend keda over backend b"));
     }
 
     fn state_down() -> State {
