@@ -359,6 +359,33 @@ fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggreg
         at_kube,
         "kube-aggregator's answer for adapter-b's metric is its backend's 404"
     );
+    // OpenAPI v3: the group version's document merged here from both adapters' (the same
+    // paths: custom-metrics-apiserver serves metrics by path parameters), under its own hash.
+    let gv = "apis/external.metrics.k8s.io/v1beta1";
+    let theirs: Vec<Value> = cp
+        .state
+        .adapters
+        .iter()
+        .map(|a| direct(&cp, a, &format!("/openapi/v3/{gv}")))
+        .collect();
+    let merged = || -> Option<Value> {
+        let index = json(&kubectl(&admin, &["get", "--raw", "/openapi/v3"]).ok());
+        let url = index["paths"][gv]["serverRelativeURL"]
+            .as_str()?
+            .to_string();
+        let doc = json(&kubectl(&admin, &["get", "--raw", &url]).ok());
+        let covers = theirs.iter().all(|t| {
+            t["paths"]
+                .as_object()
+                .is_some_and(|p| !p.is_empty() && p.keys().all(|k| doc["paths"].get(k).is_some()))
+        });
+        covers.then_some(doc)
+    };
+    assert!(
+        wait_for(30, || merged().is_some()),
+        "apigw's OpenAPI v3 of {gv} does not have each adapter's paths"
+    );
+
     // Aggregated discovery lists both adapters' resources.
     let apis = kubectl(&admin, &["get", "--raw", "/apis"]).ok();
     assert!(apis.contains("external.metrics.k8s.io"), "{apis}");

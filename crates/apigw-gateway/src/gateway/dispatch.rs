@@ -85,11 +85,30 @@ impl Gateway {
                     .uri()
                     .query()
                     .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("hash=")));
-                let backend = self.proxy.backend_for(&svc)?;
-                let mut res = self
-                    .proxy
-                    .forward(&backend, req, identity, info, &svc.name)
-                    .await?;
+                // A group version with several backends: their documents, merged here.
+                let own = format!("/openapi/v3/apis/{}/{}", svc.group, svc.version);
+                let merged = (info.attrs.path.trim_end_matches('/') == own)
+                    .then(|| self.openapi.v3_document(&svc.group, &svc.version))
+                    .flatten();
+                let mut res = match merged {
+                    Some(doc) => {
+                        discovery::readable(&req)?;
+                        let mut res = discovery::respond(&req, &doc);
+                        if immutable {
+                            res.headers_mut().insert(
+                                http::header::CACHE_CONTROL,
+                                http::HeaderValue::from_static("public, immutable"),
+                            );
+                        }
+                        res
+                    }
+                    None => {
+                        let backend = self.proxy.backend_for(&svc)?;
+                        self.proxy
+                            .forward(&backend, req, identity, info, &svc.name)
+                            .await?
+                    }
+                };
                 // A hashed URL names one version of the document forever, as upstream serves it.
                 if immutable
                     && res.status().is_success()

@@ -6,7 +6,9 @@
 //! is also served as protobuf ([`protobuf`]), encoded when first asked for. Specs are
 //! fetched as the gateway
 //! itself, once per distinct backend, on registry and availability changes and every minute;
-//! a backend that cannot answer keeps its last good spec.
+//! a backend that cannot answer keeps its last good spec. A group version with several backends
+//! (APIServiceBackends) has each backend's part in `/openapi/v2`, and its `/openapi/v3` document
+//! merged here from each backend's ([`merge_v3_document`]), listed in the index by its own hash.
 
 use super::Doc;
 use crate::availability::Availability;
@@ -17,7 +19,7 @@ use apigw_core::errors::Status;
 use apigw_core::meta;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,11 +34,14 @@ const DELEGATE: &str = "delegate";
 const MAX_SPEC_BYTES: usize = 64 << 20;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One backend's specs as last fetched: (bytes, ETag) of `/openapi/v2` and `/openapi/v3`.
+/// A document as last fetched, with its ETag.
+type Tagged = (Arc<Value>, Option<String>);
+
+/// One backend's specs as last fetched: `/openapi/v2` and `/openapi/v3`.
 #[derive(Debug, Default, Clone)]
 struct Fetched {
-    v2: Option<(Arc<Value>, Option<String>)>,
-    v3: Option<(Arc<Value>, Option<String>)>,
+    v2: Option<Tagged>,
+    v3: Option<Tagged>,
 }
 
 /// The merged `/openapi/v2`: its JSON, and its protobuf once a client asked for it.
@@ -116,6 +121,11 @@ pub struct OpenApi {
     v2: ArcSwap<V2>,
     v3: ArcSwap<Doc>,
     fetched: Mutex<HashMap<String, Fetched>>,
+    /// Each backend's v3 document of a group version with several backends, by URL.
+    documents: Mutex<HashMap<String, Tagged>>,
+    /// The merged v3 documents of group versions with several backends, by
+    /// `apis/<group>/<version>`.
+    merged_v3: ArcSwap<HashMap<String, Arc<Doc>>>,
     /// The registry generation the last merge read, and the one the availability round before
     /// it had checked; readiness waits for a merge of a loaded, checked registry.
     merged: tokio::sync::watch::Sender<(u64, u64)>,
@@ -128,6 +138,8 @@ impl Default for OpenApi {
             v2: ArcSwap::from_pointee(V2::new(Doc::new(&merge_v2(std::iter::empty()), JSON))),
             v3: ArcSwap::from_pointee(Doc::new(&merge_v3_index(std::iter::empty(), None), JSON)),
             fetched: Mutex::default(),
+            documents: Mutex::default(),
+            merged_v3: ArcSwap::default(),
             merged: tokio::sync::watch::Sender::new((0, 0)),
         }
     }
@@ -144,6 +156,15 @@ impl OpenApi {
     /// `/openapi/v3`.
     pub fn v3(&self) -> Arc<Doc> {
         self.v3.load_full()
+    }
+
+    /// The merged `/openapi/v3/apis/<group>/<version>` of a group version with several
+    /// backends; None for any other (its backend's is proxied).
+    pub fn v3_document(&self, group: &str, version: &str) -> Option<Arc<Doc>> {
+        self.merged_v3
+            .load()
+            .get(&format!("apis/{group}/{version}"))
+            .cloned()
     }
 
     /// (registry generation, checked generation) of the last merge.
@@ -202,6 +223,13 @@ impl OpenApi {
                 backends.entry(b.url("")).or_insert(b);
             }
         }
+        // Group versions with several backends: every backend that is up, in routing order.
+        let split = split(services, proxy, availability);
+        for (_, members) in &split {
+            for b in members {
+                backends.entry(b.url("")).or_insert(b.clone());
+            }
+        }
         if let Some(delegate) = proxy.delegate() {
             backends.insert(DELEGATE.to_string(), delegate.clone());
         }
@@ -222,10 +250,14 @@ impl OpenApi {
             .buffer_unordered(16)
             .collect()
             .await;
-        let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
-        for (key, f) in results {
-            fetched.insert(key, f);
+        {
+            let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+            for (key, f) in results {
+                fetched.insert(key, f);
+            }
         }
+        let merged_v3 = self.merge_split(&split).await;
+        let fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
         let by_backend: HashMap<String, &Fetched> =
             fetched.iter().map(|(k, v)| (k.clone(), v)).collect();
         let mut order: Vec<(&ApiService, &Fetched)> = Vec::new();
@@ -238,13 +270,22 @@ impl OpenApi {
                 order.push((svc, f));
             }
         }
+        // The other backends' parts of a group version with several: after its own service's.
+        let mut parts: Vec<(&ApiService, &Fetched)> = order.clone();
+        for (svc, members) in &split {
+            for b in members {
+                if let Some(f) = by_backend.get(&b.url("")).copied() {
+                    parts.push((svc, f));
+                }
+            }
+        }
         let delegate = proxy
             .delegate()
             .and_then(|_| by_backend.get(DELEGATE).copied());
         let delegate_v2 = delegate
             .and_then(|f| f.v2.as_ref())
             .map(|(v, _)| v.as_ref());
-        let mut by_priority = order.clone();
+        let mut by_priority = parts;
         super::order::spec_order(&mut by_priority, |(s, _)| s);
         let own: Vec<Value> = by_priority
             .iter()
@@ -254,7 +295,7 @@ impl OpenApi {
             })
             .collect();
         let v2 = merge_v2(delegate_v2.into_iter().chain(own.iter()));
-        let v3 = merge_v3_index(
+        let mut v3 = merge_v3_index(
             order
                 .iter()
                 .filter_map(|(s, f)| f.v3.as_ref().map(|(v, _)| (*s, v.as_ref()))),
@@ -262,6 +303,17 @@ impl OpenApi {
                 .and_then(|f| f.v3.as_ref())
                 .map(|(v, _)| v.as_ref()),
         );
+        for (key, doc) in merged_v3.iter() {
+            let hash = doc.etag.to_str().unwrap_or_default().trim_matches('"');
+            v3["paths"][key] =
+                json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")});
+        }
+        let tags = |m: &HashMap<String, Arc<Doc>>| -> HashMap<String, HeaderValue> {
+            m.iter().map(|(k, d)| (k.clone(), d.etag.clone())).collect()
+        };
+        if tags(&self.merged_v3.load()) != tags(&merged_v3) {
+            self.merged_v3.store(Arc::new(merged_v3));
+        }
         let v2 = Doc::new(&v2, JSON);
         if self.v2.load().json.bytes != v2.bytes {
             self.v2.store(Arc::new(V2::new(v2)));
@@ -273,12 +325,130 @@ impl OpenApi {
     }
 }
 
+/// A backend and the URL of a document on it.
+type Source = (Arc<Backend>, String);
+
+impl OpenApi {
+    /// The merged v3 document of each group version of `split` whose backends' indexes list
+    /// one: each backend's fetched (with its ETag) from the URL its index gives.
+    async fn merge_split(
+        &self,
+        split: &[(Arc<ApiService>, Vec<Arc<Backend>>)],
+    ) -> HashMap<String, Arc<Doc>> {
+        // Each group version, and each backend's URL of its document.
+        let wanted: Vec<(String, Vec<Source>)> = {
+            let fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
+            split
+                .iter()
+                .map(|(svc, members)| {
+                    let key = format!("apis/{}/{}", svc.group, svc.version);
+                    let urls = members
+                        .iter()
+                        .filter_map(|b| {
+                            let index = fetched.get(&b.url(""))?.v3.as_ref()?;
+                            let url = index.0["paths"][&key]["serverRelativeURL"].as_str()?;
+                            Some((b.clone(), url.to_string()))
+                        })
+                        .collect();
+                    (key, urls)
+                })
+                .collect()
+        };
+        let previous = self
+            .documents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut documents = HashMap::new();
+        let mut merged = HashMap::new();
+        for (key, urls) in wanted {
+            let mut docs = Vec::new();
+            for (backend, url) in urls {
+                let id = backend.url(&url);
+                let old = previous.get(&id).cloned();
+                if let Some(doc) = fetch(&backend, &url, old).await {
+                    docs.push(doc.0.clone());
+                    documents.insert(id, doc);
+                }
+            }
+            if !docs.is_empty() {
+                let doc = merge_v3_document(docs.iter().map(Arc::as_ref));
+                merged.insert(key, Arc::new(Doc::new(&doc, JSON)));
+            }
+        }
+        *self.documents.lock().unwrap_or_else(|e| e.into_inner()) = documents;
+        merged
+    }
+}
+
+/// Each group version with APIServiceBackends and the backends of its members that are up, in
+/// routing order (its own service's included: its part of `/openapi/v3` is merged too).
+fn split(
+    services: &[Arc<ApiService>],
+    proxy: &Proxy,
+    availability: &Availability,
+) -> Vec<(Arc<ApiService>, Vec<Arc<Backend>>)> {
+    services
+        .iter()
+        .filter(|s| !s.backends.is_empty())
+        .filter_map(|svc| {
+            let state = availability.get(&svc.name)?;
+            let members = state.members.as_ref()?;
+            let up = members
+                .iter()
+                .filter(|m| m.state.condition.available)
+                .filter_map(|m| proxy.backend_for(&m.target).ok())
+                .collect();
+            Some((svc.clone(), up))
+        })
+        .collect()
+}
+
+/// One group version's OpenAPI v3 document from its backends' (in routing order): each path,
+/// and each entry of each `components` map, from the first that has it; the rest from the
+/// first document.
+pub fn merge_v3_document<'a>(mut docs: impl Iterator<Item = &'a Value>) -> Value {
+    let mut merged = match docs.next() {
+        Some(Value::Object(first)) => first.clone(),
+        _ => Map::new(),
+    };
+    for doc in docs {
+        merge_entries(&mut merged, "paths", &doc["paths"]);
+        if let Some(components) = doc["components"].as_object() {
+            let mut mine = match merged.remove("components") {
+                Some(Value::Object(m)) => m,
+                _ => Map::new(),
+            };
+            for (section, entries) in components {
+                merge_entries(&mut mine, section, entries);
+            }
+            merged.insert("components".into(), Value::Object(mine));
+        }
+    }
+    Value::Object(merged)
+}
+
+/// Adds each entry of the object `from` missing from the object under `key` of `into`.
+fn merge_entries(into: &mut Map<String, Value>, key: &str, from: &Value) {
+    let Some(from) = from.as_object() else {
+        return;
+    };
+    let mut mine = match into.remove(key) {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    for (k, v) in from {
+        mine.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    into.insert(key.to_string(), Value::Object(mine));
+}
+
 /// Fetches one document, reusing `old` when the backend answers 304 or fails.
 async fn fetch(
     backend: &Backend,
     path: &str,
-    old: Option<(Arc<Value>, Option<String>)>,
-) -> Option<(Arc<Value>, Option<String>)> {
+    old: Option<Tagged>,
+) -> Option<Tagged> {
     let tag = old.as_ref().and_then(|(_, t)| t.clone());
     match backend
         .fetch(
@@ -364,6 +534,33 @@ mod tests {
         let m = merge_v2([&delegate].into_iter());
         assert_eq!(m["info"]["version"], "v1.36.3");
         assert!(m.get("securityDefinitions").is_none());
+    }
+
+    #[test]
+    fn a_split_group_versions_v3_documents_merge_first_wins() {
+        let a = json!({"openapi": "3.0.0", "info": {"title": "a"},
+                       "paths": {"/apis/g/v1/foos": {"get": {}}, "/apis/g/v1/": {"get": {"x": "a"}}},
+                       "components": {"schemas": {"Foo": {"type": "object"}, "Status": {"x": "a"}}}});
+        let b = json!({"openapi": "3.0.0", "info": {"title": "b"},
+                       "paths": {"/apis/g/v1/bars": {"get": {}}, "/apis/g/v1/": {"get": {"x": "b"}}},
+                       "components": {"schemas": {"Bar": {"type": "object"}, "Status": {"x": "b"}},
+                                      "securitySchemes": {"BearerToken": {"type": "apiKey"}}}});
+        let m = merge_v3_document([&a, &json!([1]), &b].into_iter());
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&m["paths"]).len(), 3);
+        assert_eq!(m["paths"]["/apis/g/v1/"]["get"]["x"], "a");
+        assert_eq!(m["components"]["schemas"]["Status"]["x"], "a");
+        assert_eq!(keys(&m["components"]["schemas"]).len(), 3);
+        assert_eq!(
+            m["components"]["securitySchemes"]["BearerToken"]["type"],
+            "apiKey"
+        );
+        assert_eq!(m["info"]["title"], "a");
+        // A first document that is not an object does not stop the others.
+        assert_eq!(
+            merge_v3_document([&json!("x"), &b].into_iter())["paths"],
+            b["paths"]
+        );
     }
 
     #[test]
