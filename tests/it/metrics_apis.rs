@@ -10,7 +10,7 @@
 use crate::support::binary;
 use crate::support::tool::{kubectl, run, Ran};
 use crate::support::upstream::{
-    clientgo, wait_for, Adapter, Apigw, ControlPlane, ControllerManager,
+    clientgo, curl, wait_for, Adapter, Apigw, ControlPlane, ControllerManager,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -319,6 +319,8 @@ fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggreg
                 let (resource, metric) = name.split_once('/').expect("RESOURCE/METRIC");
                 let paths = match resource {
                     "namespaces" => vec![format!("{base}/namespaces/default/metrics/{metric}")],
+                    // Root-scoped, by name (no node need exist; `*` would list none).
+                    "nodes" => vec![format!("{base}/nodes/node-1/{metric}")],
                     _ => vec![
                         format!("{base}/namespaces/default/{resource}/kubernetes/{metric}"),
                         format!("{base}/namespaces/default/{resource}/*/{metric}"),
@@ -387,24 +389,34 @@ fn both_adapters_scale_their_hpas_through_apigw_and_only_one_through_kube_aggreg
     );
 
     // Aggregated discovery lists both adapters' resources.
-    let apis = kubectl(&admin, &["get", "--raw", "/apis"]).ok();
-    assert!(apis.contains("external.metrics.k8s.io"), "{apis}");
+    let accept = "Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let url = format!("{}/apis", gw.url);
+    let list = json(&curl(&cp, "admin", &["-H", accept, &url]).ok());
+    let external_group = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["metadata"]["name"] == "external.metrics.k8s.io")
+        .unwrap_or_else(|| panic!("no external.metrics.k8s.io in {list}"));
+    let version = &external_group["versions"][0];
+    assert_eq!(version["freshness"], "Current", "{version}");
+    let listed: Vec<&str> = version["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["resource"].as_str())
+        .collect();
+    for metric in ["jobs_waiting", "orders_pending"] {
+        assert!(listed.contains(&metric), "{metric} not in {version}");
+    }
 
     // client-go's metrics clients, as the HPA controller reads.
-    let custom: Vec<&str> = cp
-        .state
-        .adapters
-        .iter()
-        .flat_map(|a| &a.custom)
-        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n))
-        .collect();
-    let external: Vec<&str> = cp
-        .state
-        .adapters
-        .iter()
-        .flat_map(|a| &a.external)
-        .map(|c| c.split_once('=').map_or(c.as_str(), |(n, _)| n))
-        .collect();
+    let names = |metrics: fn(&Adapter) -> &Vec<String>| -> Vec<String> {
+        let all = cp.state.adapters.iter().flat_map(metrics);
+        all.map(|m| m.split_once('=').map_or(m.as_str(), |(n, _)| n).to_string())
+            .collect()
+    };
+    let (custom, external) = (names(|a| &a.custom), names(|a| &a.external));
     let read = clientgo(
         &admin,
         "metrics",

@@ -242,10 +242,7 @@ impl Members {
             ),
         };
         let message = message + &self.conflicts_told();
-        let last_transition = match previous {
-            Some(p) if p.condition.available == available => p.condition.last_transition,
-            _ => std::time::SystemTime::now(),
-        };
+        let last_transition = super::transition(previous, available);
         let resources = Some(self.list.clone())
             .filter(|_| self.members.iter().any(|m| m.state.resources.is_some()));
         // Kept when it did not change, so discovery re-renders only what did.

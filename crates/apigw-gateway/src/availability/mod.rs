@@ -324,10 +324,7 @@ async fn check(
     } else {
         kept()
     };
-    let last_transition = match previous {
-        Some(p) if p.condition.available == available => p.condition.last_transition,
-        _ => SystemTime::now(),
-    };
+    let last_transition = transition(previous, available);
     let resources = resources
         .map(Arc::new)
         .or_else(|| previous.and_then(|p| p.resources.clone()));
@@ -341,6 +338,15 @@ async fn check(
         resources,
         aggregated,
         members: None,
+    }
+}
+
+/// When the condition last changed: the previous one's time while `available` stays as it was,
+/// else now.
+fn transition(previous: Option<&State>, available: bool) -> SystemTime {
+    match previous {
+        Some(p) if p.condition.available == available => p.condition.last_transition,
+        _ => SystemTime::now(),
     }
 }
 

@@ -57,7 +57,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the server to drive (required)")
 	namespace := flag.String("namespace", "default", "namespace for the objects the check makes")
 	resource := flag.String("resource", "configmaps", "watchlist: configmaps or flunders")
-	custom := flag.String("custom-metrics", "", "metrics: custom metrics to read, RESOURCE/METRIC,... (namespaces/METRIC: the namespace's own)")
+	custom := flag.String("custom-metrics", "", "metrics: custom metrics to read, RESOURCE/METRIC,... (namespaces/METRIC: the namespace's own; nodes/METRIC: node-1's)")
 	external := flag.String("external-metrics", "", "metrics: external metrics to read, METRIC,...")
 	flag.Parse()
 	if *kubeconfig == "" || flag.NArg() != 1 {
@@ -135,10 +135,12 @@ func checkMetrics(cfg *rest.Config, namespace string, custom, external []string)
 		if !ok {
 			return nil, fmt.Errorf("custom metric %q: want RESOURCE/METRIC", name)
 		}
-		if resource == "namespaces" {
-			v, err := cm.RootScopedMetrics().GetForObject(schema.GroupKind{Kind: "Namespace"}, namespace, metric, labels.Everything())
+		// Root-scoped: a namespace's own metric, and a node's (by name: none need exist).
+		if root, ok := map[string]string{"namespaces": "Namespace", "nodes": "Node"}[resource]; ok {
+			object := map[string]string{"namespaces": namespace, "nodes": "node-1"}[resource]
+			v, err := cm.RootScopedMetrics().GetForObject(schema.GroupKind{Kind: root}, object, metric, labels.Everything())
 			if err != nil {
-				return nil, fmt.Errorf("custom metric %s of namespace %s: %w", metric, namespace, err)
+				return nil, fmt.Errorf("custom metric %s of %s %s: %w", metric, resource, object, err)
 			}
 			got[name] = v.Value.String()
 			continue

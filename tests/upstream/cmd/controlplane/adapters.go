@@ -38,7 +38,7 @@ func adapters() []Adapter {
 		},
 		{
 			Name:     "adapter-b",
-			Custom:   []string{"services/backlog=50", "namespaces/errors-per-second=2"},
+			Custom:   []string{"services/backlog=50", "namespaces/errors-per-second=2", "nodes/temperature=7"},
 			External: []string{"orders_pending=80"},
 		},
 	}

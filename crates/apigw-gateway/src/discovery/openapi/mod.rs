@@ -444,11 +444,7 @@ fn merge_entries(into: &mut Map<String, Value>, key: &str, from: &Value) {
 }
 
 /// Fetches one document, reusing `old` when the backend answers 304 or fails.
-async fn fetch(
-    backend: &Backend,
-    path: &str,
-    old: Option<Tagged>,
-) -> Option<Tagged> {
+async fn fetch(backend: &Backend, path: &str, old: Option<Tagged>) -> Option<Tagged> {
     let tag = old.as_ref().and_then(|(_, t)| t.clone());
     match backend
         .fetch(
