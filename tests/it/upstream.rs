@@ -1274,13 +1274,19 @@ fn cluster_mode_with_exactly_the_charts_rbac() {
             .to_string()
     };
     assert!(
-        wait_for(30, || message()
-            .ends_with("backend wardle-second, service wardle/api")),
+        wait_for(30, || message().starts_with(
+            "all checks passed: backend wardle-second, service wardle/api; "
+        )),
         "apigw did not take the APIServiceBackend: {}; its log:\n{}",
         message(),
         gw.logged()
     );
-    // Served by the backend of priority 1 now, flunders answer as before.
+    // Both list flunders: the backend of priority 1 serves them now, as the status says.
+    assert!(
+        message().contains("flunders by backend wardle-second over service wardle/api"),
+        "{}",
+        message()
+    );
     let listed = curl(&cp, "admin", &[&flunders]).stdout();
     let kind = serde_json::from_str::<Value>(&listed).unwrap_or(Value::Null)["kind"].clone();
     assert_eq!(kind, "FlunderList", "{listed}");
