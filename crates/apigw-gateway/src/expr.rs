@@ -350,8 +350,14 @@ pub fn object(m: &serde_json::Map<String, Json>) -> cel::Value {
     cel::Value::Map(cel::objects::Map { map: Arc::new(map) })
 }
 
-/// `user` for user validation rules: username, uid, groups, extra.
-pub fn user(id: &crate::authn::Identity) -> cel::Value {
+/// `user` for user validation rules: username, uid, groups, extra (an identity's fields,
+/// given one by one so this module knows no identity type).
+pub fn user<'a>(
+    username: &str,
+    uid: &str,
+    groups: &[String],
+    extra: impl Iterator<Item = (&'a String, &'a Vec<String>)>,
+) -> cel::Value {
     let strings = |v: &[String]| {
         cel::Value::List(Arc::new(
             v.iter()
@@ -359,18 +365,16 @@ pub fn user(id: &crate::authn::Identity) -> cel::Value {
                 .collect(),
         ))
     };
-    let extra: HashMap<cel::objects::Key, cel::Value> = id
-        .extra
-        .iter()
+    let extra: HashMap<cel::objects::Key, cel::Value> = extra
         .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), strings(v)))
         .collect();
     let fields: HashMap<cel::objects::Key, cel::Value> = [
-        ("username", cel::Value::String(Arc::new(id.user.clone()))),
         (
-            "uid",
-            cel::Value::String(Arc::new(id.uid.clone().unwrap_or_default())),
+            "username",
+            cel::Value::String(Arc::new(username.to_string())),
         ),
-        ("groups", strings(&id.groups)),
+        ("uid", cel::Value::String(Arc::new(uid.to_string()))),
+        ("groups", strings(groups)),
         (
             "extra",
             cel::Value::Map(cel::objects::Map {

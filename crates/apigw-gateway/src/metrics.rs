@@ -16,6 +16,7 @@
 //!   runtimes (read at each scrape; the soak watches it for leaks).
 
 use crate::authz::Attributes;
+use crate::families::{counter, gauge};
 use http::{HeaderMap, Method};
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -71,18 +72,6 @@ pub struct Metrics {
 }
 
 // The names and labels below are constants; registering them cannot fail.
-pub(crate) fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let m = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(m.clone())).expect("unique metric");
-    m
-}
-
-pub(crate) fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let m = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(m.clone())).expect("unique metric");
-    m
-}
-
 fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     let opts = HistogramOpts::new(name, help).buckets(REQUEST_BUCKETS.to_vec());
     let m = HistogramVec::new(opts, labels).expect("valid metric");

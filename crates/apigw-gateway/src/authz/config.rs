@@ -240,7 +240,7 @@ fn authorizer(
             &format!("{at}.name"),
             format!("Duplicate value: {:?}", a.name),
         );
-    } else if let Err(e) = crate::registry::dns1123_subdomain(&a.name) {
+    } else if let Err(e) = apigw_core::names::dns1123_subdomain(&a.name) {
         p.add(
             &format!("{at}.name"),
             format!(

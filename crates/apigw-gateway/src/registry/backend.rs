@@ -4,10 +4,11 @@
 //! extra backends are objects of their own, which name the APIService they serve beside.
 //! Validated as APIServices are (every problem at once, with its field path); [`attach`] gives
 //! each APIService its backends in routing order. Which backend serves which resource is
-//! decided from their discovery by [`crate::availability`].
+//! decided from their discovery by the availability controller.
 
-use super::apiservice::{default_port, dns1035_label, Problems, Target};
-use super::{dns1123_subdomain, ApiService, FieldError, Policy};
+use super::apiservice::{default_port, Problems, Target};
+use super::{ApiService, FieldError, Policy};
+use apigw_core::names::{dns1035_label, dns1123_subdomain};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;

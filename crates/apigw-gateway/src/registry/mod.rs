@@ -8,9 +8,9 @@ mod apiservice;
 mod backend;
 mod manifests;
 
+pub use apigw_core::names::{dns1123_subdomain, InvalidName};
 pub use apiservice::{
-    dns1123_subdomain, ApiService, FieldError, InvalidName, Policy, ServiceRef,
-    LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
+    ApiService, FieldError, Policy, ServiceRef, LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
 };
 pub use backend::{
     attach, Backend, Orphan, API_VERSION as BACKEND_API_VERSION, KIND as BACKEND_KIND,

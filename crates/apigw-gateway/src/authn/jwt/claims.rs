@@ -185,7 +185,11 @@ pub fn map_identity(
         }
     }
     if !settings.user_rules.is_empty() {
-        let vars = [("user", expr::user(&id))];
+        let uid = id.uid.as_deref().unwrap_or_default();
+        let vars = [(
+            "user",
+            expr::user(&id.user, uid, &id.groups, id.extra.iter()),
+        )];
         check_cel_rules(&settings.user_rules, &vars, Reason::UserRuleFailed)?;
     }
     Ok(id)
