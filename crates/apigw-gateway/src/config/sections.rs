@@ -2,8 +2,8 @@
 //! (kube-apiserver's name), its key in the YAML file (the flag in camelCase), its type and its
 //! help, which `docs/configuration.md` is checked against. One struct per section, flattened
 //! into [`Flags`] for clap and read by [`super::file`] for the file. `display_order` keeps
-//! `--help` listing the flags in one order across the sections; the first flag of each
-//! section keeps the headings' order.
+//! `--help` listing the flags in one order across the sections (each flag its own place, which
+//! a test checks); the first flag of each section keeps the headings' order.
 
 use clap::Args;
 use std::collections::BTreeMap;
@@ -171,32 +171,32 @@ section! {
     /// [`crate::proxy::BackendSettings`], and the APIService manifest directory.
     pub struct ProxyFlags {
         /// Certificate presented to addon servers; reloaded when it changes.
-        #[arg(long, help_heading = "Backends", display_order = 13)]
+        #[arg(long, help_heading = "Backends", display_order = 14)]
         pub proxy_client_cert_file: Option<PathBuf> = "proxyClientCertFile",
         /// Key of the proxy client certificate.
-        #[arg(long, help_heading = "Backends", display_order = 14)]
+        #[arg(long, help_heading = "Backends", display_order = 15)]
         pub proxy_client_key_file: Option<PathBuf> = "proxyClientKeyFile",
         /// Directory of APIService manifests, watched for changes.
-        #[arg(long, help_heading = "Backends", display_order = 15)]
+        #[arg(long, help_heading = "Backends", display_order = 16)]
         pub apiservice_dir: Option<PathBuf> = "apiserviceDir",
         /// Static service resolution NAME:PORT=ADDR:PORT (repeatable); TLS still verifies NAME.
-        #[arg(long, help_heading = "Backends", display_order = 16)]
+        #[arg(long, help_heading = "Backends", display_order = 17)]
         pub resolve: Vec<String> = "resolve" as resolve_entries,
         /// CA for backends whose APIService has no caBundle [default: the system roots].
-        #[arg(long, help_heading = "Backends", display_order = 17)]
+        #[arg(long, help_heading = "Backends", display_order = 18)]
         pub service_ca_file: Option<PathBuf> = "serviceCaFile",
         /// Main API server for everything not aggregated and for Local APIServices.
         #[arg(
             long,
             help_heading = "Delegate (the main API server)",
-            display_order = 18
+            display_order = 19
         )]
         pub delegate_url: Option<String> = "delegateUrl",
         /// CA bundle to verify the delegate's serving certificate.
         #[arg(
             long,
             help_heading = "Delegate (the main API server)",
-            display_order = 19
+            display_order = 20
         )]
         pub delegate_ca_file: Option<PathBuf> = "delegateCaFile",
         /// Reach the delegate by impersonation: this file's bearer token (the gateway's own
@@ -205,7 +205,7 @@ section! {
         #[arg(
             long,
             help_heading = "Delegate (the main API server)",
-            display_order = 20
+            display_order = 21
         )]
         pub delegate_impersonation_token_file: Option<PathBuf> = "delegateImpersonationTokenFile",
         /// Groups never sent to backends in X-Remote-Group (comma list), e.g. system:masters.
@@ -213,13 +213,13 @@ section! {
             long,
             help_heading = "Backends",
             value_delimiter = ',',
-            display_order = 37
+            display_order = 39
         )]
         pub backend_drop_groups: Vec<String> = "backendDropGroups",
         /// Send every request but upgrades to a backend over shared HTTP/2 connections when
         /// it offers h2, as Go's transport and kube-aggregator do; without it, ordinary
         /// requests use a pool of HTTP/1.1 connections and watches HTTP/2.
-        #[arg(long, help_heading = "Backends", display_order = 38)]
+        #[arg(long, help_heading = "Backends", display_order = 40)]
         pub backend_http2_requests: bool = "backendHttp2Requests",
     }
 }
@@ -229,24 +229,24 @@ section! {
     pub struct ClusterFlags {
         /// Cluster mode with this kubeconfig: APIServices, Services and EndpointSlices from the
         /// cluster, TokenReview for bearer tokens, status written back.
-        #[arg(long, help_heading = "Cluster mode", display_order = 21)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 22)]
         pub kubeconfig: Option<PathBuf> = "kubeconfig",
         /// Cluster mode with the in-cluster service account (inside a Pod).
-        #[arg(long, help_heading = "Cluster mode", display_order = 22)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 23)]
         pub cluster_mode: bool = "clusterMode",
         /// In cluster mode, route to ready EndpointSlice endpoints instead of the Service's ClusterIP.
-        #[arg(long, help_heading = "Cluster mode", display_order = 23)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 24)]
         pub enable_aggregator_routing: bool = "enableAggregatorRouting",
         /// In cluster mode, how long other replicas wait after the Lease was last renewed before
         /// taking it [default: 15s].
-        #[arg(long, help_heading = "Cluster mode", display_order = 24)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 25)]
         pub leader_elect_lease_duration: Option<String> = "leaderElectLeaseDuration",
         /// In cluster mode, how long the leader keeps leading without a successful renewal
         /// [default: 10s].
-        #[arg(long, help_heading = "Cluster mode", display_order = 25)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 26)]
         pub leader_elect_renew_deadline: Option<String> = "leaderElectRenewDeadline",
         /// In cluster mode, how often each replica tries to acquire or renew the Lease [default: 2s].
-        #[arg(long, help_heading = "Cluster mode", display_order = 26)]
+        #[arg(long, help_heading = "Cluster mode", display_order = 27)]
         pub leader_elect_retry_period: Option<String> = "leaderElectRetryPeriod",
     }
 }
@@ -260,21 +260,21 @@ section! {
             long,
             help_heading = "Authorization",
             value_delimiter = ',',
-            display_order = 27
+            display_order = 29
         )]
         pub authorization_mode: Vec<String> = "authorizationMode",
         /// kube's AuthorizationConfiguration file: the authorizers in order (RBAC, Webhook with
         /// matchConditions, AlwaysAllow, AlwaysDeny); reloaded when it changes. Not with
         /// --authorization-mode.
-        #[arg(long, help_heading = "Authorization", display_order = 27)]
+        #[arg(long, help_heading = "Authorization", display_order = 28)]
         pub authorization_config: Option<PathBuf> = "authorizationConfig",
         /// RBAC objects (Role, ClusterRole, RoleBinding, ClusterRoleBinding) for
         /// --authorization-mode=RBAC; reloaded when it changes.
-        #[arg(long, help_heading = "Authorization", display_order = 28)]
+        #[arg(long, help_heading = "Authorization", display_order = 30)]
         pub rbac_policy_file: Option<PathBuf> = "rbacPolicyFile",
         /// Deprecated: use --rbac-policy-file (kube-apiserver's flag of this name reads ABAC, not
         /// RBAC).
-        #[arg(long, help_heading = "Authorization", display_order = 29)]
+        #[arg(long, help_heading = "Authorization", display_order = 31)]
         pub authorization_policy_file: Option<PathBuf> = "authorizationPolicyFile",
     }
 }
@@ -283,10 +283,10 @@ section! {
     /// [`crate::availability::Settings`].
     pub struct AvailabilityFlags {
         /// How often the availability controller checks each APIService [default: 30s].
-        #[arg(long, help_heading = "Backends", display_order = 30)]
+        #[arg(long, help_heading = "Backends", display_order = 32)]
         pub availability_check_interval: Option<String> = "availabilityCheckInterval",
         /// How long one availability check may take [default: 5s].
-        #[arg(long, help_heading = "Backends", display_order = 31)]
+        #[arg(long, help_heading = "Backends", display_order = 33)]
         pub availability_check_timeout: Option<String> = "availabilityCheckTimeout",
     }
 }
@@ -295,17 +295,17 @@ section! {
     /// [`apigw_core::server::ServerSettings`] (but the listen address: [`ServingFlags`]).
     pub struct ServerFlags {
         /// After SIGTERM, keep accepting (while /readyz fails) for this long [default: 0s].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 33)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 35)]
         pub shutdown_delay_duration: Option<String> = "shutdownDelayDuration",
         /// After accepting stops, how long in-flight requests may take to finish [default: 30s].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 36)]
         pub shutdown_grace_period: Option<String> = "shutdownGracePeriod",
         /// Open connections from one client address [default: 0, no limit].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 40)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 47)]
         pub max_connections_per_client: Option<usize> = "maxConnectionsPerClient",
         /// Connection worker threads, each a single-threaded runtime that keeps its connections
         /// [default: the CPUs the process may use; 0: serve on the shared runtime].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 41)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 48)]
         pub worker_threads: Option<usize> = "workerThreads",
     }
 }
@@ -315,14 +315,14 @@ section! {
     pub struct LimitsFlags {
         /// Bound on a request that is not long-running, end to end from its start: 504 before
         /// the response head, the response cut after [default: 60s].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 32)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
         pub request_timeout: Option<String> = "requestTimeout",
         /// Requests in flight at once, long-running ones exempt; then 429 [default: 400; 0: no limit].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 45)]
         pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
         /// With API Priority and Fairness, the priority levels share this plus
         /// --max-requests-inflight seats, as kube-apiserver's [default: 200].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 44)]
         pub max_mutating_requests_inflight: Option<usize> = "maxMutatingRequestsInflight",
         /// API Priority and Fairness: classify requests by FlowSchema into priority levels
         /// with fair queues, as kube-apiserver [default: true].
@@ -331,7 +331,7 @@ section! {
             help_heading = "Limits and timeouts",
             num_args = 0..=1,
             default_missing_value = "true",
-            display_order = 38
+            display_order = 41
         )]
         pub enable_priority_and_fairness: Option<bool> = "enablePriorityAndFairness",
         /// With API Priority and Fairness, each APIService's share of a priority level's
@@ -339,18 +339,18 @@ section! {
         /// seats only while no other party's request waits and half of what the share leaves
         /// to the others stays free, so a stalled backend cannot take them all (1 to 100; 100:
         /// no share) [default: 50].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 43)]
         pub max_apiservice_seats_percent: Option<u32> = "maxApiserviceSeatsPercent",
         /// With API Priority and Fairness, FlowSchemas and PriorityLevelConfigurations (v1
         /// objects, a file or a directory) laid over the built-in ones by name; reloaded when
         /// they change.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 38)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 42)]
         pub flowcontrol_config: Option<PathBuf> = "flowcontrolConfig",
         /// Requests in flight at once from one client address [default: 0, no limit].
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 39)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 46)]
         pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",
         /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 42)]
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 49)]
         pub max_request_body_bytes: Option<usize> = "maxRequestBodyBytes",
     }
 }
@@ -359,14 +359,14 @@ section! {
     /// [`super::LogSettings`] and the metrics listener.
     pub struct LogFlags {
         /// Serve /metrics (and health) without authentication on this plain-HTTP address too.
-        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 35)]
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 37)]
         pub metrics_bind_address: Option<SocketAddr> = "metricsBindAddress",
         /// Log format: text or json [default: text] (--logging-format is kube's name).
         #[arg(
             long,
             help_heading = "Logs, metrics and audit",
             visible_alias = "logging-format",
-            display_order = 36
+            display_order = 38
         )]
         pub log_format: Option<String> = "logFormat" | "loggingFormat",
     }
@@ -376,16 +376,16 @@ section! {
     /// [`crate::audit::Settings`].
     pub struct AuditFlags {
         /// Audit log file, or - for stdout; no audit log when unset.
-        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 43)]
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 50)]
         pub audit_log_path: Option<String> = "auditLogPath",
         /// Rotate the audit log file at this many megabytes [default: 100].
-        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 44)]
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 51)]
         pub audit_log_maxsize: Option<u64> = "auditLogMaxsize",
         /// Rotated audit log files to keep [default: 10].
-        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 45)]
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 52)]
         pub audit_log_maxbackup: Option<usize> = "auditLogMaxbackup",
         /// audit.k8s.io/v1 Policy choosing levels (None or Metadata) [default: Metadata for all].
-        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 46)]
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 53)]
         pub audit_policy_file: Option<PathBuf> = "auditPolicyFile",
     }
 }

@@ -592,3 +592,22 @@ fn the_configuration_docs_match_the_help() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// `--help` lists the flags in one order: no two share a `display_order` (clap would then
+/// order them by name, whatever sections.rs says).
+#[test]
+fn every_flag_has_its_own_place_in_the_help() {
+    use clap::Args;
+    let cmd = super::Flags::augment_args(clap::Command::new("serve"));
+    let mut seen = std::collections::BTreeMap::new();
+    for arg in cmd.get_arguments() {
+        let name = arg.get_id().to_string();
+        if let Some(other) = seen.insert(arg.get_display_order(), name.clone()) {
+            panic!(
+                "--{name} and --{other} share display_order {}",
+                arg.get_display_order()
+            );
+        }
+    }
+    assert!(seen.len() > 40, "{seen:?}");
+}
