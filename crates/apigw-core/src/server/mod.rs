@@ -127,7 +127,10 @@ pub async fn serve<M, H, Fut>(
     let acceptor = tls.map(TlsAcceptor::from);
     let make = Arc::new(make);
     // Shutdown: `draining` asks every connection to finish; each holds a clone of `open`, so
-    // `drained` ends once all have.
+    // `drained` ends once all have. Not hyper-util's `GracefulShutdown`: its watcher takes each
+    // connection's future and can only end them all at once, while each connection here is
+    // also asked to finish alone (shed for a newer one, quiet past its deadline) and cut when
+    // it does not within `CLOSE_WAIT` ([`serve_connection`]), which needs the future itself.
     let draining = tokio_util::sync::CancellationToken::new();
     let (open, mut drained) = tokio::sync::mpsc::channel::<()>(1);
     let per_client = deadlines::PerClient::new(limits.max_connections_per_client);
