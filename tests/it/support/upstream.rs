@@ -118,12 +118,21 @@ pub struct ControlPlane {
     stdin: Option<ChildStdin>,
     child: Child,
     _dir: tempfile::TempDir,
+    /// Held while it runs (released after its servers stopped).
+    _tier: std::sync::MutexGuard<'static, ()>,
 }
+
+/// The real Kubernetes tier one control plane at a time in a process: under `cargo test`, whose
+/// threads share one process, as nextest's `kubernetes` test group runs it (.config/nextest.toml);
+/// under nextest every test is a process of its own and this never waits.
+static TIER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl ControlPlane {
     /// Starts etcd, kube-apiserver and (unless `-sample=false`) sample-apiserver with the
     /// launcher's `args`, and waits until all are ready.
     pub fn start(args: &[&str]) -> Self {
+        // A test that failed while holding it has stopped its servers all the same.
+        let tier = TIER.lock().unwrap_or_else(|e| e.into_inner());
         let bin = binaries().join("controlplane");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut child = Command::new(&bin)
@@ -161,6 +170,7 @@ impl ControlPlane {
             stdin: child.stdin.take(),
             child,
             _dir: dir,
+            _tier: tier,
         }
     }
 
