@@ -93,6 +93,35 @@ pub struct Limits {
     pub workers: usize,
 }
 
+impl Limits {
+    /// The main listener's limits, from `settings` (the one place its fields become these):
+    /// its deadlines, per-client cap, workers and grace, `closing` at the grace's end, and the
+    /// connection budget of the process's open-file limit.
+    pub fn serving(
+        settings: &ServerSettings,
+        closing: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        Self {
+            grace: settings.shutdown_grace,
+            max_connections_per_client: settings.max_connections_per_client,
+            max_connections: shed::fd_limit().map_or(0, shed::budget),
+            closing,
+            workers: settings.worker_threads,
+            ..Self::side(settings)
+        }
+    }
+
+    /// A side listener's limits (the plain-HTTP metrics listener): the deadlines of
+    /// `settings`, on the caller's runtime, no other cap.
+    pub fn side(settings: &ServerSettings) -> Self {
+        Self {
+            header_read_timeout: settings.header_read_timeout,
+            idle_timeout: settings.idle_timeout,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

@@ -88,9 +88,6 @@ pub struct Acting {
     pub warning: Option<&'static str>,
 }
 
-/// A request allowed, and who it acts as.
-pub type Admitted = Acting;
-
 /// A request turned away: who it was, when known, and the answer.
 #[derive(Debug)]
 pub struct Refused {
@@ -323,7 +320,7 @@ impl Authorizer {
         real: Identity,
         headers: &HeaderMap,
         a: &Attributes,
-    ) -> Result<Admitted, Refused> {
+    ) -> Result<Acting, Refused> {
         let acting = self.impersonate(real, headers, a).await?;
         self.authorize_as(acting, a).await
     }
@@ -359,7 +356,7 @@ impl Authorizer {
     }
 
     /// Authorizes `acting`'s request `a`.
-    pub async fn authorize_as(&self, acting: Acting, a: &Attributes) -> Result<Admitted, Refused> {
+    pub async fn authorize_as(&self, acting: Acting, a: &Attributes) -> Result<Acting, Refused> {
         let decision = self.decide(&acting.identity, a).await;
         match refusal(&acting.identity, a, decision) {
             None => Ok(acting),
@@ -603,7 +600,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             admitted,
-            Admitted {
+            Acting {
                 identity: alice,
                 real: None,
                 warning: None,

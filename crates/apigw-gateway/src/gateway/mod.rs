@@ -305,11 +305,7 @@ pub async fn run(
                 .await
                 .with_context(|| format!("metrics listener {addr}"))?;
             tracing::info!(%addr, "serving /metrics over plain HTTP");
-            let limits = apigw_core::server::Limits {
-                header_read_timeout: cfg.server.header_read_timeout,
-                idle_timeout: cfg.server.idle_timeout,
-                ..Default::default()
-            };
+            let limits = apigw_core::server::Limits::side(&cfg.server);
             let g = gateway.clone();
             let make = move |_: ConnInfo| {
                 let g = g.clone();
@@ -345,17 +341,7 @@ pub async fn run(
     let _counted = tokio::runtime::Handle::try_current()
         .ok()
         .map(apigw_core::server::workers::count_tasks_of);
-    let limits = apigw_core::server::Limits {
-        grace: cfg.server.shutdown_grace,
-        header_read_timeout: cfg.server.header_read_timeout,
-        idle_timeout: cfg.server.idle_timeout,
-        max_connections_per_client: cfg.server.max_connections_per_client,
-        max_connections: apigw_core::server::shed::fd_limit()
-            .map_or(0, apigw_core::server::shed::budget),
-        closing: gateway.closing.clone(),
-        workers: cfg.server.worker_threads,
-        ..Default::default()
-    };
+    let limits = apigw_core::server::Limits::serving(&cfg.server, gateway.closing.clone());
     let g = gateway.clone();
     apigw_core::server::serve(
         listener,

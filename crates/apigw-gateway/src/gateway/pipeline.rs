@@ -20,7 +20,7 @@
 use super::route::{Route, Router};
 use super::{access, host, limits, paths, Gateway};
 use crate::authn::PeerIdentity;
-use crate::authz::{self, Admitted, Refused};
+use crate::authz::{self, Acting, Refused};
 use crate::flowcontrol::{PfHeaders, Ticket};
 use crate::request_info::RequestInfo;
 use crate::request_info::RequestKind;
@@ -151,7 +151,7 @@ impl Gateway {
                 Err(refused.status)
             }
             Ok((
-                Admitted {
+                Acting {
                     identity,
                     real,
                     warning: w,
@@ -214,10 +214,7 @@ impl Gateway {
         peer: &PeerIdentity,
         info: &RequestInfo,
         apiservice: Option<&str>,
-    ) -> (
-        Result<(Admitted, Option<Ticket>), Refused>,
-        Option<PfHeaders>,
-    ) {
+    ) -> (Result<(Acting, Option<Ticket>), Refused>, Option<PfHeaders>) {
         let admitted = async {
             paths::check(req.uri().path())?;
             let real = self
