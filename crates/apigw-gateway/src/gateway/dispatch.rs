@@ -1,18 +1,22 @@
 //! The answer to an admitted request, by its [`Route`]: discovery and the
 //! `apiregistration.k8s.io` API from the registry, the identity reviews, the metrics and
 //! OpenAPI here; a registered group version to its APIService's backend (503 at once while it
-//! is unavailable); anything else to the delegate, or 404.
+//! is unavailable), and of a group version with APIServiceBackends, to the backend serving the
+//! resource, its own APIResourceList and OpenAPI v3 document merged here; anything else to the
+//! delegate, or 404.
 
 use super::route::{FlowDump, Route};
 use super::{reviews, Gateway};
 use crate::apiservices;
 use crate::authn::Identity;
 use crate::discovery;
+use crate::registry::ApiService;
 use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, render, Status};
 use bytes::Bytes;
 use http::{Request, Response};
+use std::sync::Arc;
 
 impl Gateway {
     /// Phase 4 of the pipeline: the answer to an admitted request.
@@ -52,74 +56,28 @@ impl Gateway {
                 let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
                 reviews::handle(&self.authz, identity, req, group, &rest).await
             }
-            Route::Backend(svc) => {
-                let state = self.availability.get(&svc.name);
-                // A group version with APIServiceBackends: the backend serving the resource,
-                // and the group version's own document from all of them.
-                let (target, state) = match state.as_ref().and_then(|s| s.members.as_ref()) {
-                    None => (&svc, state.as_deref()),
+            Route::Backend(svc) => self.to_backend(svc, req, identity, info).await,
+            // Until the backends' first check, the APIService's own backend answers.
+            Route::MergedResources(svc) => {
+                match self
+                    .availability
+                    .get(&svc.name)
+                    .and_then(|s| s.members.clone())
+                {
                     Some(members) => {
-                        if is_group_version(&svc, &info.attrs) {
-                            return discovery::serve(
-                                &req,
-                                &[discovery::Doc::new(&members.list, discovery::JSON)],
-                            );
-                        }
-                        let m = members.for_request(&info.attrs);
-                        (&m.target, Some(&m.state))
+                        let list = discovery::Doc::new(&members.list, discovery::JSON);
+                        discovery::serve(&req, &[list])
                     }
-                };
-                if let Some(state) = state.filter(|s| !s.condition.available) {
-                    return Err(Status::service_unavailable(format!(
-                        "service unavailable: APIService {} is not available ({}): {}",
-                        target.name, state.condition.reason, state.condition.message
-                    )));
+                    None => self.to_backend(svc, req, identity, info).await,
                 }
-                let backend = self.proxy.backend_for(target)?;
-                self.proxy
-                    .forward(&backend, req, identity, info, &target.name)
-                    .await
             }
             Route::OpenApiBackend(svc) => {
-                let immutable = req
-                    .uri()
-                    .query()
-                    .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("hash=")));
-                // A group version with several backends: their documents, merged here.
-                let own = format!("/openapi/v3/apis/{}/{}", svc.group, svc.version);
-                let merged = (info.attrs.path.trim_end_matches('/') == own)
-                    .then(|| self.openapi.v3_document(&svc.group, &svc.version))
-                    .flatten();
-                let mut res = match merged {
-                    Some(doc) => {
-                        discovery::readable(&req)?;
-                        let mut res = discovery::respond(&req, &doc);
-                        if immutable {
-                            res.headers_mut().insert(
-                                http::header::CACHE_CONTROL,
-                                http::HeaderValue::from_static("public, immutable"),
-                            );
-                        }
-                        res
-                    }
-                    None => {
-                        let backend = self.proxy.backend_for(&svc)?;
-                        self.proxy
-                            .forward(&backend, req, identity, info, &svc.name)
-                            .await?
-                    }
-                };
-                // A hashed URL names one version of the document forever, as upstream serves it.
-                if immutable
-                    && res.status().is_success()
-                    && !res.headers().contains_key(http::header::CACHE_CONTROL)
-                {
-                    res.headers_mut().insert(
-                        http::header::CACHE_CONTROL,
-                        http::HeaderValue::from_static("public, immutable"),
-                    );
-                }
-                Ok(res)
+                self.openapi_document(svc, None, req, identity, info).await
+            }
+            Route::OpenApiMerged(svc) => {
+                let merged = self.openapi.v3_document(&svc.group, &svc.version);
+                self.openapi_document(svc, merged, req, identity, info)
+                    .await
             }
             Route::OpenApiV2 => self.openapi.v2().serve(&req),
             Route::OpenApiV3 => discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
@@ -158,16 +116,85 @@ impl Gateway {
     }
 }
 
-/// True for a request of `/apis/<group>/<version>` itself, the group version's APIResourceList.
-fn is_group_version(svc: &crate::registry::ApiService, attrs: &crate::authz::Attributes) -> bool {
-    !attrs.resource_request
-        && attrs
-            .path
-            .trim_end_matches('/')
-            .strip_prefix("/apis/")
-            .and_then(|gv| gv.strip_prefix(svc.group.as_str()))
-            .and_then(|v| v.strip_prefix('/'))
-            == Some(svc.version.as_str())
+impl Gateway {
+    /// A registered group version's request, to its APIService's backend: of a group version
+    /// with APIServiceBackends, the one serving its resource (503 at once while it is
+    /// unavailable).
+    async fn to_backend<B>(
+        &self,
+        svc: Arc<ApiService>,
+        req: Request<B>,
+        identity: &Identity,
+        info: &RequestInfo,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let state = self.availability.get(&svc.name);
+        let (target, state) = match state.as_ref().and_then(|s| s.members.as_ref()) {
+            None => (&svc, state.as_deref()),
+            Some(members) => {
+                let m = members.for_request(&info.attrs);
+                (&m.target, Some(&m.state))
+            }
+        };
+        if let Some(state) = state.filter(|s| !s.condition.available) {
+            return Err(Status::service_unavailable(format!(
+                "service unavailable: APIService {} is not available ({}): {}",
+                target.name, state.condition.reason, state.condition.message
+            )));
+        }
+        let backend = self.proxy.backend_for(target)?;
+        self.proxy
+            .forward(&backend, req, identity, info, &target.name)
+            .await
+    }
+
+    /// An APIService's OpenAPI v3 document: `merged` (a group version with APIServiceBackends)
+    /// when there is one, else its backend's. A hashed URL names one version of the document
+    /// forever, as upstream serves it.
+    async fn openapi_document<B>(
+        &self,
+        svc: Arc<ApiService>,
+        merged: Option<Arc<discovery::Doc>>,
+        req: Request<B>,
+        identity: &Identity,
+        info: &RequestInfo,
+    ) -> Result<Response<Body>, Status>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let immutable = req
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("hash=")));
+        let ours = merged.is_some();
+        let mut res = match merged {
+            Some(doc) => {
+                discovery::readable(&req)?;
+                discovery::respond(&req, &doc)
+            }
+            None => {
+                let backend = self.proxy.backend_for(&svc)?;
+                self.proxy
+                    .forward(&backend, req, identity, info, &svc.name)
+                    .await?
+            }
+        };
+        // A backend's own Cache-Control stands; ours is replaced.
+        if immutable
+            && res.status().is_success()
+            && (ours || !res.headers().contains_key(http::header::CACHE_CONTROL))
+        {
+            res.headers_mut().insert(
+                http::header::CACHE_CONTROL,
+                http::HeaderValue::from_static("public, immutable"),
+            );
+        }
+        Ok(res)
+    }
 }
 
 fn not_found() -> Status {

@@ -46,10 +46,17 @@ pub enum Route {
         group: &'static str,
         rest: Box<[String]>,
     },
-    /// `/apis/<group>/<version>/...`, registered: to its APIService's backend.
+    /// `/apis/<group>/<version>/...`, registered: to its APIService's backend (of a group
+    /// version with APIServiceBackends, the one serving the resource).
     Backend(Arc<ApiService>),
+    /// `/apis/<group>/<version>` itself, of a group version with APIServiceBackends: the
+    /// APIResourceList merged from them, answered here.
+    MergedResources(Arc<ApiService>),
     /// `/openapi/v3/apis/<group>/<version>`, registered: the backend's document.
     OpenApiBackend(Arc<ApiService>),
+    /// `/openapi/v3/apis/<group>/<version>` of a group version with APIServiceBackends: the
+    /// document merged from theirs, answered here.
+    OpenApiMerged(Arc<ApiService>),
     OpenApiV2,
     OpenApiV3,
     Metrics,
@@ -92,7 +99,10 @@ impl Route {
     /// The APIService the request is sent to, if any.
     pub fn apiservice(&self) -> Option<&Arc<ApiService>> {
         match self {
-            Self::Backend(svc) | Self::OpenApiBackend(svc) => Some(svc),
+            Self::Backend(svc)
+            | Self::MergedResources(svc)
+            | Self::OpenApiBackend(svc)
+            | Self::OpenApiMerged(svc) => Some(svc),
             _ => None,
         }
     }
@@ -102,7 +112,10 @@ impl Route {
     /// metrics may take their group, version and resource labels from a resource request's path.
     pub fn knows_resources(&self) -> bool {
         match self {
-            Self::Backend(_) | Self::ApiServices { .. } | Self::Review { .. } => true,
+            Self::Backend(_)
+            | Self::MergedResources(_)
+            | Self::ApiServices { .. }
+            | Self::Review { .. } => true,
             Self::Delegate { listed } => *listed,
             _ => false,
         }
@@ -159,6 +172,14 @@ impl Router<'_> {
                     return Route::Discovery(Discovery::Group(doc.clone()));
                 }
             }
+            ["apis", group, version] | ["apis", group, version, ""] => {
+                if let Some(svc) = self.snapshot.lookup(group, version) {
+                    return match svc.backends.is_empty() {
+                        true => Route::Backend(svc.clone()),
+                        false => Route::MergedResources(svc.clone()),
+                    };
+                }
+            }
             ["apis", group, version, ..] => {
                 if let Some(svc) = self.snapshot.lookup(group, version) {
                     return Route::Backend(svc.clone());
@@ -178,7 +199,10 @@ impl Router<'_> {
             ["openapi", "v3"] | ["openapi", "v3", ""] => return Route::OpenApiV3,
             ["openapi", "v3", "apis", group, version] => {
                 if let Some(svc) = self.snapshot.lookup(group, version) {
-                    return Route::OpenApiBackend(svc.clone());
+                    return match svc.backends.is_empty() {
+                        true => Route::OpenApiBackend(svc.clone()),
+                        false => Route::OpenApiMerged(svc.clone()),
+                    };
                 }
             }
             // The group's own document, from the backend whose index the merged one lists it
@@ -292,7 +316,9 @@ mod tests {
             Route::ApiServices { rest } => format!("apiservices {}", rest.join("/")),
             Route::Review { group, rest } => format!("review {group} {}", rest.join("/")),
             Route::Backend(svc) => format!("backend {}", svc.name),
+            Route::MergedResources(svc) => format!("merged-resources {}", svc.name),
             Route::OpenApiBackend(svc) => format!("openapi-backend {}", svc.name),
+            Route::OpenApiMerged(svc) => format!("openapi-merged {}", svc.name),
             Route::OpenApiV2 => "openapi-v2".into(),
             Route::OpenApiV3 => "openapi-v3".into(),
             Route::Metrics => "metrics".into(),
@@ -309,6 +335,51 @@ mod tests {
     }
 
     const WARDLE: &str = "v1alpha1.wardle.example.com";
+
+    /// A group version with an APIServiceBackend: its own document and its OpenAPI v3
+    /// document are answered here, its resources still go to a backend.
+    #[test]
+    fn a_group_version_with_backends_has_its_documents_merged_here() {
+        let mut case = Case::new(false);
+        let mut svc = service("wardle.example.com", "v1alpha1");
+        let backend = crate::registry::Backend::from_value(json!({
+            "apiVersion": "apigw.dev/v1alpha1", "kind": "APIServiceBackend",
+            "metadata": {"name": "second"},
+            "spec": {"apiService": WARDLE, "insecureSkipTLSVerify": true,
+                     "service": {"name": "second", "namespace": "n"}}
+        }))
+        .expect("APIServiceBackend");
+        let orphans = crate::registry::attach(std::slice::from_mut(&mut svc), vec![backend]);
+        assert!(orphans.is_empty(), "{orphans:?}");
+        case.snapshot = Snapshot::new([svc]);
+        check(
+            &case,
+            &[
+                (
+                    "/apis/wardle.example.com/v1alpha1",
+                    &format!("merged-resources {WARDLE}"),
+                ),
+                (
+                    "/apis/wardle.example.com/v1alpha1/",
+                    &format!("merged-resources {WARDLE}"),
+                ),
+                (
+                    "/apis/wardle.example.com/v1alpha1/namespaces/n/flunders",
+                    &format!("backend {WARDLE}"),
+                ),
+                (
+                    "/openapi/v3/apis/wardle.example.com/v1alpha1",
+                    &format!("openapi-merged {WARDLE}"),
+                ),
+                (
+                    "/openapi/v3/apis/wardle.example.com",
+                    &format!("openapi-backend {WARDLE}"),
+                ),
+            ],
+        );
+        let merged = case.route("/apis/wardle.example.com/v1alpha1");
+        assert_eq!(merged.apiservice().map(|s| s.name.as_str()), Some(WARDLE));
+    }
 
     #[test]
     fn without_a_delegate() {
