@@ -324,8 +324,7 @@ async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
         "the backend never became available"
     );
     for i in 0..6 {
-        // Idle long enough that a server might close the connection for it: the gateway
-        // keeps a copy of such a request to send again.
+        // Idle a while, as a connection a server closes for idleness is.
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         let before = accepted.load(Ordering::SeqCst);
         let a = alice.get(gw.addr, path).await;

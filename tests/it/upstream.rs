@@ -1018,6 +1018,20 @@ fn cluster_mode_against_kube_apiserver() {
     follower.await_available(&cp, &WARDLE);
     let admin = follower.kubeconfig(&cp, "admin");
     kubectl(&admin, &["get", "flunders", "-A"]).ok();
+
+    // this cluster has no APIServiceBackend CRD: said once, then quiet, through a whole test of
+    // retries
+    let log = follower.logged();
+    assert_eq!(
+        log.matches("does not serve apigw.dev/apiservicebackends")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        !log.contains("watching the cluster; retrying resource=apigw.dev/apiservicebackends"),
+        "{log}"
+    );
 }
 
 /// helm, as the chart's own checks install and cache it (charts/apigw/tests/check.py).

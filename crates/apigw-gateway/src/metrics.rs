@@ -57,6 +57,8 @@ pub struct Metrics {
     pub backend_errors: IntCounterVec,
     /// apiservice, code
     backend_latency: HistogramVec,
+    /// apiservice, reason (`unsent`, `replayed`)
+    backend_retries: IntCounterVec,
     /// name
     pub unavailable: IntGaugeVec,
     /// name, reason
@@ -107,6 +109,14 @@ impl Default for Metrics {
             "apigw_backend_errors_total",
             "Failures to reach or verify a backend, by APIService and kind.",
             &["apiservice", "kind"],
+        );
+        let backend_retries = counter(
+            &r,
+            "apigw_backend_retries_total",
+            "Further tries of requests to a backend, by APIService and reason: unsent (another \
+             endpoint or connection, nothing of the request having been sent) or replayed (an \
+             idempotent request sent again after its connection ended before any answer).",
+            &["apiservice", "reason"],
         );
         let backend_latency = histogram(
             &r,
@@ -168,6 +178,7 @@ impl Default for Metrics {
             in_flight_kinds: Default::default(),
             backend_errors,
             backend_latency,
+            backend_retries,
             unavailable,
             unavailable_total,
             cert_expiry,
@@ -208,6 +219,17 @@ impl Metrics {
         self.backend_latency
             .with_label_values(&[apiservice, &code_label(code)])
             .observe(seconds);
+    }
+
+    /// Counts the further tries one request to `apiservice` took.
+    pub fn retried(&self, apiservice: &str, retries: crate::proxy::Retries) {
+        for (reason, n) in [("unsent", retries.unsent), ("replayed", retries.replayed)] {
+            if n > 0 {
+                self.backend_retries
+                    .with_label_values(&[apiservice, reason])
+                    .inc_by(u64::from(n));
+            }
+        }
     }
 
     /// The text exposition of every family.

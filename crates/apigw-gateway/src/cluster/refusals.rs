@@ -1,7 +1,8 @@
 //! How a watcher's failures are told: a refusal by the cluster's authorization (403) names the
-//! verb and resource to grant once, at warn, and then only at debug while it lasts (a missing
-//! permission is a fact of the install, not news every backoff); any other failure is a warning
-//! each time. One [`WatchErrors`] per watched resource.
+//! verb and resource to grant once, at warn, and a resource the cluster does not serve (404: a
+//! CRD not installed, such as `APIServiceBackend` before the chart's CRDs) says so once; both
+//! are then told only at debug while they last (facts of the install, not news every backoff).
+//! Any other failure is a warning each time. One [`WatchErrors`] per watched resource.
 
 use kube::runtime::watcher;
 
@@ -28,7 +29,8 @@ impl WatchErrors {
 
     /// Reports `e`, once while the cluster keeps refusing.
     pub fn report(&mut self, e: &watcher::Error) {
-        if !forbidden(e) {
+        let code = refusal(e);
+        if code.is_none() {
             self.refused = false;
             tracing::warn!(resource = %self.resource, error = %e, "watching the cluster; retrying");
             return;
@@ -38,6 +40,16 @@ impl WatchErrors {
             return;
         }
         self.refused = true;
+        if code == Some(404) {
+            tracing::warn!(
+                resource = %self.resource,
+                error = %e,
+                "the cluster does not serve {}: install its CRD (the chart's crds/ has apigw's) \
+                 to use it; retrying quietly",
+                self.resource
+            );
+            return;
+        }
         tracing::warn!(
             resource = %self.resource,
             error = %e,
@@ -55,14 +67,14 @@ impl WatchErrors {
     }
 }
 
-/// True when the cluster answered 403.
-fn forbidden(e: &watcher::Error) -> bool {
+/// 403 or 404 when the cluster answered so: an answer of the install, not of the moment.
+fn refusal(e: &watcher::Error) -> Option<u16> {
     let status = match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
         | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.as_ref(),
         watcher::Error::WatchError(s) => s.as_ref(),
-        _ => return false,
+        _ => return None,
     };
-    status.code == 403
+    matches!(status.code, 403 | 404).then_some(status.code)
 }

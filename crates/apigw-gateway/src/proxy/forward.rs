@@ -4,7 +4,7 @@
 //! refused, and an HTTP/1.1 upgrade is spliced after a `101`. Failures are [`ForwardError`]s,
 //! which the pipeline answers as a `kind: Status`.
 
-use super::{remove_hop_by_hop, set_identity, Backend, Forwarded, Proxy};
+use super::{remove_hop_by_hop, set_identity, Backend, Forwarded, Proxy, Retries};
 use crate::authn::Identity;
 use crate::request_info::{RequestInfo, RequestKind};
 use apigw_core::body::{self, Body, BoxError};
@@ -90,15 +90,9 @@ impl Proxy {
         };
         // Boxed, so the futures of the gateway's handler (which await this one among many
         // other routes) stay small, and are cheap to move and to keep for long-running requests.
-        let forwarded = Box::pin(backend.forward(
-            req,
-            identity,
-            info,
-            &self.identity_headers,
-            &self.closing,
-            self.max_body,
-        ))
-        .await;
+        let mut retries = Retries::default();
+        let forwarded = Box::pin(backend.forward(req, identity, info, self, &mut retries)).await;
+        self.metrics.retried(name, retries);
         let answered = match &forwarded {
             Ok((_, answered)) => Some(*answered),
             Err(e) => e.answered(),
@@ -132,9 +126,8 @@ impl Backend {
         mut req: Request<B>,
         identity: &Identity,
         info: &RequestInfo,
-        identity_headers: &crate::authn::IdentityHeaders,
-        closing: &tokio_util::sync::CancellationToken,
-        max_body: Option<usize>,
+        proxy: &Proxy,
+        retries: &mut Retries,
     ) -> Result<(Response<Body>, Answered), ForwardError>
     where
         B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
@@ -158,11 +151,11 @@ impl Backend {
             original_host: info.host.clone(),
             impersonate_with: token.as_deref().map(|t| t.as_ref()),
         };
-        set_identity(&mut parts.headers, &fwd, identity_headers);
+        set_identity(&mut parts.headers, &fwd, &proxy.identity_headers);
         // A client body that breaks mid-way (bad chunking, a reset) is the client's fault:
         // remember it, so the failed request answers 400 rather than blaming the backend.
         let body_failed: Arc<std::sync::OnceLock<String>> = Arc::default();
-        let limit = max_body.filter(|_| {
+        let limit = proxy.max_body.filter(|_| {
             !matches!(kind, RequestKind::Upgrade | RequestKind::Watch)
                 && parts.method != Method::GET
         });
@@ -189,7 +182,7 @@ impl Backend {
         };
         let out = Request::from_parts(parts, body::stream(tracked));
         let sent = std::time::Instant::now();
-        let mut res = match self.pool.send(out, kind).await {
+        let mut res = match self.pool.send(out, kind, retries).await {
             Ok(res) => res,
             Err(e) => {
                 return Err(match body_failed.get() {
@@ -215,12 +208,57 @@ impl Backend {
                 return Err(ForwardError::UnaskedUpgrade(answered));
             };
             let backend_upgrade = hyper::upgrade::on(&mut res);
-            tokio::spawn(splice(client_upgrade, backend_upgrade, closing.clone()));
+            tokio::spawn(splice(
+                client_upgrade,
+                backend_upgrade,
+                proxy.closing.clone(),
+            ));
             let (parts, _) = res.into_parts();
             return Ok((Response::from_parts(parts, body::empty()), answered));
         }
         remove_hop_by_hop(res.headers_mut(), false);
+        if kind == RequestKind::Watch {
+            return Ok((res.map(|b| body::stream(WatchStream(b))), answered));
+        }
         Ok((res.map(body::stream), answered))
+    }
+}
+
+/// A watch's event stream from the backend. When the backend's side breaks (a replica killed,
+/// a connection reset), the client's watch ends as a watch whose time ran out ends, cleanly,
+/// and not with a reset: the client has whole events up to the break (the backend writes and
+/// flushes one event at a time), and a reflector resumes from its last resourceVersion on
+/// another replica either way; a clean end spares it the decoding error and the client-go
+/// error log. Any other response keeps its break, so a cut list never looks complete.
+struct WatchStream<B>(B);
+
+impl<B> http_body::Body for WatchStream<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match std::pin::Pin::new(&mut self.0).poll_frame(cx) {
+            std::task::Poll::Ready(Some(Err(e))) => {
+                tracing::info!(error = %e, "the backend's watch broke; ended for the client, who resumes from its last resourceVersion");
+                std::task::Poll::Ready(None)
+            }
+            polled => polled,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0.size_hint()
     }
 }
 

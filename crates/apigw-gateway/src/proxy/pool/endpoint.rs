@@ -1,5 +1,6 @@
 //! The endpoints of one backend and the choice among them: power of two choices on in-flight
-//! requests, passive ejection of an endpoint whose connect or handshake failed (1 s, doubling
+//! requests (a watch or an upgrade counts until its answer's head, not while it streams: a
+//! replica holding a client's long watch is no busier for it), passive ejection of an endpoint whose connect or handshake failed (1 s, doubling
 //! up to 30 s), each endpoint's idle HTTP/1.1 connections (one list per connection worker) and
 //! shared HTTP/2 connections, and the [`Lease`] a request in flight holds on its endpoint and
 //! connection.
@@ -162,6 +163,8 @@ pub(super) enum Conn {
 pub(super) struct Lease {
     endpoint: Arc<Endpoint>,
     conn: Conn,
+    /// The request is counted in the endpoint's `in_flight`.
+    counted: bool,
 }
 
 impl Lease {
@@ -170,15 +173,23 @@ impl Lease {
         Self {
             endpoint,
             conn: Conn::None,
+            counted: true,
         }
     }
 
+    /// The answer's head came on `conn`. A watch or an upgrade stops counting as in flight
+    /// here: it may stream for an hour at almost no cost to the backend, and counted it would
+    /// steer the short requests away from every replica that holds one.
     pub(super) fn with(mut self, conn: Conn, kind: RequestKind) -> Self {
         // After an upgrade the connection belongs to the client; never pool it.
         self.conn = match conn {
             Conn::H1(_) if kind == RequestKind::Upgrade => Conn::None,
             conn => conn,
         };
+        if matches!(kind, RequestKind::Watch | RequestKind::Upgrade) {
+            self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.counted = false;
+        }
         self
     }
 
@@ -192,7 +203,9 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
         if let Conn::H2(streams) = &self.conn {
             streams.fetch_sub(1, Ordering::AcqRel);
         }
@@ -218,6 +231,22 @@ mod tests {
         }
         list[1].in_flight.store(9, Ordering::Relaxed);
         assert_eq!(pick(&list, &[]), Some(0));
+    }
+
+    #[test]
+    fn a_watch_counts_in_flight_only_until_its_answer_comes() {
+        let list = endpoints(1);
+        let count = || list[0].in_flight.load(Ordering::Relaxed);
+        let watch = Lease::new(list[0].clone());
+        let list_request = Lease::new(list[0].clone());
+        assert_eq!(count(), 2, "both wait for their answers");
+        let watch = watch.with(Conn::None, RequestKind::Watch);
+        let list_request = list_request.with(Conn::None, RequestKind::Short);
+        assert_eq!(count(), 1, "the streaming watch no longer counts");
+        drop(list_request);
+        assert_eq!(count(), 0);
+        drop(watch);
+        assert_eq!(count(), 0, "and its end does not count twice");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The connections to one backend service: the [`Pool`] and its `send`, which picks an endpoint
 //! (see `endpoint`), retries on another endpoint while nothing of the request was sent, sends
-//! once more a request the server did not act on (see `replay`), and shapes the request target
+//! once more, to another endpoint where there is one, an idempotent request whose connection
+//! ended before any answer or that the server did not act on (see `replay`), and shapes the request target
 //! for the protocol of its connection (origin form and `Host` on HTTP/1.1, `:authority` on
 //! HTTP/2); the resolution of the service name into endpoints, refreshed every few seconds; and
 //! opening connections: HTTP/1.1 for ordinary requests and upgrades, multiplexed HTTP/2 for
@@ -34,14 +35,20 @@ use std::time::{Duration, Instant};
 
 /// How long a resolved endpoint list is used before the name is resolved again.
 const RESOLVE_TTL: Duration = Duration::from_secs(5);
-/// A request on a connection idle at least this long may be sent again if the server closes
-/// the connection without answering (no server closes idle connections sooner).
-const IDLE_BEFORE_REPLAY: Duration = Duration::from_millis(100);
 /// Streams one HTTP/2 connection carries before the next watch opens another connection.
 /// RFC 9113 recommends servers allow at least 100; Go servers allow 250.
 pub const STREAMS_PER_CONN: usize = 100;
 /// Endpoints tried for one request, at most.
 const MAX_ATTEMPTS: usize = 3;
+
+/// The tries a request took beyond its first, for `apigw_backend_retries_total`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    /// Tries on another endpoint or connection after nothing of the request was sent.
+    pub unsent: u32,
+    /// Idempotent requests sent again after the first try got no answer.
+    pub replayed: u32,
+}
 
 /// Why a request could not be forwarded.
 #[derive(Debug)]
@@ -122,10 +129,10 @@ enum Attempt {
         eject: bool,
     },
     /// The request went out and the exchange failed. `again` is the request to send once
-    /// more when it is replayable (see [`Replay`]) and the failure shows the server did not
-    /// act on it: an HTTP/1.1 connection that sat idle and that the server closed before any
-    /// answer (servers close idle connections at their own pace), or an HTTP/2 stream it
-    /// refused or left out of a `GOAWAY`.
+    /// more when it is replayable (idempotent and without a body, see [`Replay`]) and no
+    /// answer came: its connection closed or was reset first (a server closing an idle
+    /// connection, or one that died: RFC 9110 §9.2.2 lets a client repeat an idempotent
+    /// request then), or an HTTP/2 stream the server refused or left out of a `GOAWAY`.
     Sent {
         error: hyper::Error,
         again: Option<Box<Request<Body>>>,
@@ -177,19 +184,27 @@ impl Pool {
     /// Sends `req` to one endpoint, trying others while nothing was sent. The response body
     /// keeps its connection (and the endpoint's in-flight count) until it ends or is dropped.
     /// `kind` picks the connection: an HTTP/2 stream for a watch, HTTP/1.1 for everything else
-    /// (given to the client after a `101` for an upgrade).
+    /// (given to the client after a `101` for an upgrade). `retries` counts the further tries.
     pub async fn send(
         &self,
         mut req: Request<Body>,
         kind: RequestKind,
+        retries: &mut Retries,
     ) -> Result<Response<PooledBody>, SendError> {
         let endpoints = self.endpoints().await?;
         let mut tried: Vec<usize> = Vec::new();
         let mut last = None;
+        // What the next try is, once there is an endpoint for it.
+        let mut next_replays = false;
         for _ in 0..MAX_ATTEMPTS {
             let Some(i) = pick(&endpoints.list, &tried) else {
                 break;
             };
+            match (&last, next_replays) {
+                (None, _) => {}
+                (Some(_), true) => retries.replayed += 1,
+                (Some(_), false) => retries.unsent += 1,
+            }
             let endpoint = &endpoints.list[i];
             let lease = Lease::new(endpoint.clone());
             match self.attempt(endpoint, req, kind).await {
@@ -208,15 +223,21 @@ impl Pool {
                     }
                     req = *back;
                     last = Some(error);
+                    next_replays = false;
                 }
                 Err(Attempt::Sent {
                     error,
                     again: Some(again),
                 }) => {
                     tracing::debug!(addr = %endpoint.addr, error = %chain(&error),
-                        "the backend did not process the request; sending it again");
+                        "no answer to an idempotent request; sending it again");
+                    // Elsewhere when there is another endpoint: this one closed on it.
+                    if endpoints.list.len() > tried.len() + 1 {
+                        tried.push(i);
+                    }
                     req = *again;
                     last = Some(SendError::Exchange(error));
+                    next_replays = true;
                 }
                 Err(Attempt::Sent { error, again: None }) => {
                     return Err(SendError::Exchange(error))
@@ -304,13 +325,13 @@ impl Pool {
         if h2 {
             return self.attempt_h2(endpoint, req).await;
         }
-        // How long the connection sat idle; None for a new one.
-        let (send, idle_for) = loop {
+        // Whether the connection was pooled (false for a new one).
+        let (send, reused) = loop {
             match endpoint.checkout() {
                 // Ready once its connection has finished the previous exchange.
-                Some((mut send, since)) => {
+                Some((mut send, _)) => {
                     if send.ready().await.is_ok() {
-                        break (send, Some(since.elapsed()));
+                        break (send, true);
                     }
                 }
                 // Boxed: the rarely taken connect path (TCP, TLS and HTTP handshakes) would
@@ -330,7 +351,7 @@ impl Pool {
                         }
                         return answer;
                     }
-                    Ok(Connected::H1 { send, .. }) => break (send, None),
+                    Ok(Connected::H1 { send, .. }) => break (send, false),
                     Ok(Connected::H2(_)) => {
                         let e =
                             ConnectError::Tls("the backend chose h2, which was not offered".into());
@@ -346,11 +367,7 @@ impl Pool {
                 },
             }
         };
-        // A server closes a connection for idleness only after it sat idle a while; the copy
-        // to send again is taken only then (it costs a header map on the busiest path).
-        let replay = idle_for
-            .filter(|idle| *idle >= IDLE_BEFORE_REPLAY)
-            .and_then(|_| Replay::of(&req, kind));
+        let replay = Replay::of(&req, kind);
         self.shape(&mut req, Version::HTTP_11);
         answer_h1(send, req)
             .await
@@ -359,7 +376,7 @@ impl Pool {
                 Some(req) => Attempt::NotSent {
                     req: Box::new(req),
                     error: SendError::Exchange(e.into_error()),
-                    eject: idle_for.is_none(),
+                    eject: !reused,
                 },
                 None => {
                     let error = e.into_error();
@@ -428,7 +445,7 @@ impl Pool {
                         let error = e.into_error();
                         Err(Attempt::Sent {
                             again: replay
-                                .filter(|_| refused_h2(&error))
+                                .filter(|_| refused_h2(&error) || closed_before_answer(&error))
                                 .map(|r| Box::new(r.request())),
                             error,
                         })

@@ -1,7 +1,6 @@
-//! Sending a request once more when its first try was not processed: the copy of a replayable
-//! request's head ([`Replay`]), and the failures that show the server did not act on it (an
-//! HTTP/1.1 connection closed before any answer, an HTTP/2 stream refused or left out of a
-//! `GOAWAY`).
+//! Sending a request once more when its first try got no answer: the copy of a replayable
+//! request's head ([`Replay`]), and the failures that allow it (a connection closed or reset
+//! before any answer, an HTTP/2 stream refused or left out of a `GOAWAY`).
 
 use crate::request_info::RequestKind;
 use apigw_core::body::Body;
@@ -39,23 +38,34 @@ impl Replay {
     }
 }
 
-/// True when an HTTP/1.1 exchange failed because the connection closed (or was reset)
-/// before any answer: the server closed it as idle just as the request went out.
+/// True when the exchange failed because the connection closed or was reset before any
+/// answer: a server that closed it as idle just as the request went out, or one that died. On
+/// HTTP/2 the cause is the connection's I/O error under the stream's.
 pub(super) fn closed_before_answer(e: &hyper::Error) -> bool {
     use std::io::ErrorKind;
-    e.is_incomplete_message()
-        || e.is_canceled()
-        || std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    ErrorKind::ConnectionReset
-                        | ErrorKind::BrokenPipe
-                        | ErrorKind::ConnectionAborted
-                        | ErrorKind::UnexpectedEof
-                )
-            })
+    let closed = |io: &std::io::Error| {
+        matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset
+                | ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::UnexpectedEof
+        )
+    };
+    if e.is_incomplete_message() || e.is_canceled() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return closed(io);
+        }
+        if let Some(io) = s.downcast_ref::<h2::Error>().and_then(h2::Error::get_io) {
+            return closed(io);
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// True when an HTTP/2 stream was not processed (RFC 9113 §8.7): refused, or above the last
