@@ -292,6 +292,103 @@ async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<Atomic
     (addr, accepted)
 }
 
+/// An endpoint like a replica killed with requests in flight: it takes each connection, reads
+/// the request's head, and closes the connection without a word.
+async fn swallows_requests(w: &World) -> std::net::SocketAddr {
+    use tokio::io::AsyncReadExt;
+    let (crt, key) = w.pki.leaf("dying", &w.addon_ca, HOST, &[], &[HOST], true);
+    let cert = apigw_core::tls::ReloadingCert::load(&crt, &key).unwrap();
+    let mut tls = apigw_core::tls::server_config(cert, None).unwrap();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => head.extend_from_slice(&buf[..k]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Beside a live endpoint, one that dies with each request in flight: every GET it swallows is
+/// sent again to the live one and succeeds; a POST it swallows is not (the backend may have
+/// acted on it) and answers 503; `apigw_backend_retries_total` counts the replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_a_dying_endpoint_left_unanswered_is_sent_to_another_a_post_is_not() {
+    let w = World::new();
+    let live = w.backend("live", "a-svc", "a-ns", &w.addon_ca, None).await;
+    let dying = swallows_requests(&w).await;
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[]);
+    // The live endpoint first: the availability check takes the first that accepts.
+    cfg.proxy
+        .resolve
+        .insert((HOST.into(), 443), vec![live.addr, dying]);
+    let gw = w.gateway(cfg).await;
+    let alice = w.client(Some("alice"));
+    let path = "/apis/a.example.com/v1/namespaces/n/things";
+    assert!(
+        support::eventually(10, || async {
+            alice.get(gw.addr, path).await.status == 200
+        })
+        .await,
+        "the backend never became available"
+    );
+    for i in 0..20 {
+        let a = alice.get(gw.addr, path).await;
+        assert_eq!(a.status, 200, "GET {i}: {:?}", a.body);
+    }
+    let mut swallowed = 0;
+    for i in 0..20 {
+        let post = http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(Bytes::from_static(b"{}"))
+            .unwrap();
+        let a = alice.send(gw.addr, post).await;
+        match a.status {
+            503 => swallowed += 1,
+            200 | 201 => {}
+            other => panic!("POST {i}: {other} {:?}", a.body),
+        }
+    }
+    // Each POST goes to the dying endpoint about half the time (two choices of two).
+    assert!(swallowed > 0, "no POST reached the dying endpoint");
+    let metrics = alice.get(gw.addr, "/metrics").await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    let replayed = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "apigw_backend_retries_total{apiservice=\"v1.a.example.com\",reason=\"replayed\"} ",
+            )
+        })
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(replayed.is_some_and(|n| n > 0), "{text}");
+}
+
 /// A GET whose pooled connection (idle a while) the backend closes before answering is sent
 /// again on a new connection, as Go's transport does; a POST is not, since the backend may
 /// have acted on it.

@@ -221,9 +221,10 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Counts the further tries one request to `apiservice` took.
-    pub fn retried(&self, apiservice: &str, retries: crate::proxy::Retries) {
-        for (reason, n) in [("unsent", retries.unsent), ("replayed", retries.replayed)] {
+    /// Counts the further tries one request to `apiservice` took: `unsent` on another endpoint
+    /// or connection, `replayed` after no answer.
+    pub fn retried(&self, apiservice: &str, unsent: u32, replayed: u32) {
+        for (reason, n) in [("unsent", unsent), ("replayed", replayed)] {
             if n > 0 {
                 self.backend_retries
                     .with_label_values(&[apiservice, reason])

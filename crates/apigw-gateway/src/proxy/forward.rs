@@ -92,7 +92,7 @@ impl Proxy {
         // other routes) stay small, and are cheap to move and to keep for long-running requests.
         let mut retries = Retries::default();
         let forwarded = Box::pin(backend.forward(req, identity, info, self, &mut retries)).await;
-        self.metrics.retried(name, retries);
+        self.metrics.retried(name, retries.unsent, retries.replayed);
         let answered = match &forwarded {
             Ok((_, answered)) => Some(*answered),
             Err(e) => e.answered(),

@@ -1,6 +1,7 @@
-//! The endpoints of one backend and the choice among them: power of two choices on in-flight
-//! requests (a watch or an upgrade counts until its answer's head, not while it streams: a
-//! replica holding a client's long watch is no busier for it), passive ejection of an endpoint whose connect or handshake failed (1 s, doubling
+//! The endpoints of one backend and the choice among them: power of two choices, on requests
+//! in flight for an ordinary request and on open streams for a watch or an upgrade (a stream
+//! counts as in flight only until its answer's head: a replica holding long watches is no
+//! busier for ordinary requests, and watches still spread evenly), passive ejection of an endpoint whose connect or handshake failed (1 s, doubling
 //! up to 30 s), each endpoint's idle HTTP/1.1 connections (one list per connection worker) and
 //! shared HTTP/2 connections, and the [`Lease`] a request in flight holds on its endpoint and
 //! connection.
@@ -25,7 +26,10 @@ const EJECT_MAX: Duration = Duration::from_secs(30);
 /// One address of the backend and its connections.
 pub(super) struct Endpoint {
     pub(super) addr: SocketAddr,
+    /// Requests waiting for or reading their answer; a watch or an upgrade only until its head.
     pub(super) in_flight: AtomicUsize,
+    /// Watches and upgrades open, from their start to their end.
+    pub(super) streams: AtomicUsize,
     pub(super) failures: AtomicU32,
     ejected_until: Mutex<Option<Instant>>,
     /// Idle HTTP/1.1 connections, one list per connection worker (see [`idle_slots`]): a
@@ -50,8 +54,9 @@ pub(super) struct H2Conn {
 }
 
 /// Power of two choices: of two random endpoints not ejected (and not tried yet), the one with
-/// fewer requests in flight. When every untried endpoint is ejected, any untried one.
-pub(super) fn pick(list: &[Arc<Endpoint>], tried: &[usize]) -> Option<usize> {
+/// fewer requests in flight, or for a watch or an upgrade (`long`), fewer open streams. When
+/// every untried endpoint is ejected, any untried one.
+pub(super) fn pick(list: &[Arc<Endpoint>], tried: &[usize], long: bool) -> Option<usize> {
     let untried = |i: &usize| !tried.contains(i);
     let now = Instant::now();
     let mut healthy: Vec<usize> = (0..list.len())
@@ -67,7 +72,10 @@ pub(super) fn pick(list: &[Arc<Endpoint>], tried: &[usize]) -> Option<usize> {
         n => {
             let a = fastrand::usize(..n);
             let b = (a + 1 + fastrand::usize(..n - 1)) % n;
-            let load = |i: usize| list[healthy[i]].in_flight.load(Ordering::Relaxed);
+            let load = |i: usize| {
+                let e = &list[healthy[i]];
+                if long { &e.streams } else { &e.in_flight }.load(Ordering::Relaxed)
+            };
             Some(healthy[if load(b) < load(a) { b } else { a }])
         }
     }
@@ -89,6 +97,7 @@ impl Endpoint {
         Self {
             addr,
             in_flight: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
             failures: AtomicU32::new(0),
             ejected_until: Mutex::new(None),
             idle: (0..idle_slots()).map(|_| Mutex::default()).collect(),
@@ -165,28 +174,40 @@ pub(super) struct Lease {
     conn: Conn,
     /// The request is counted in the endpoint's `in_flight`.
     counted: bool,
+    /// A watch or an upgrade, counted in the endpoint's `streams`.
+    long: bool,
+}
+
+/// Whether requests of `kind` stream for long: watches and upgrades.
+pub(super) fn long_running(kind: RequestKind) -> bool {
+    matches!(kind, RequestKind::Watch | RequestKind::Upgrade)
 }
 
 impl Lease {
-    pub(super) fn new(endpoint: Arc<Endpoint>) -> Self {
+    pub(super) fn new(endpoint: Arc<Endpoint>, kind: RequestKind) -> Self {
+        let long = long_running(kind);
         endpoint.in_flight.fetch_add(1, Ordering::Relaxed);
+        if long {
+            endpoint.streams.fetch_add(1, Ordering::Relaxed);
+        }
         Self {
             endpoint,
             conn: Conn::None,
             counted: true,
+            long,
         }
     }
 
     /// The answer's head came on `conn`. A watch or an upgrade stops counting as in flight
     /// here: it may stream for an hour at almost no cost to the backend, and counted it would
-    /// steer the short requests away from every replica that holds one.
+    /// steer ordinary requests away from every replica that holds one.
     pub(super) fn with(mut self, conn: Conn, kind: RequestKind) -> Self {
         // After an upgrade the connection belongs to the client; never pool it.
         self.conn = match conn {
             Conn::H1(_) if kind == RequestKind::Upgrade => Conn::None,
             conn => conn,
         };
-        if matches!(kind, RequestKind::Watch | RequestKind::Upgrade) {
+        if self.long {
             self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
             self.counted = false;
         }
@@ -205,6 +226,9 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if self.counted {
             self.endpoint.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.long {
+            self.endpoint.streams.fetch_sub(1, Ordering::Relaxed);
         }
         if let Conn::H2(streams) = &self.conn {
             streams.fetch_sub(1, Ordering::AcqRel);
@@ -226,27 +250,43 @@ mod tests {
     fn two_choices_take_the_endpoint_with_fewer_in_flight() {
         let list = endpoints(2);
         list[0].in_flight.store(5, Ordering::Relaxed);
+        list[1].streams.store(7, Ordering::Relaxed);
         for _ in 0..100 {
-            assert_eq!(pick(&list, &[]), Some(1));
+            assert_eq!(pick(&list, &[], false), Some(1));
+            assert_eq!(
+                pick(&list, &[], true),
+                Some(0),
+                "a watch goes by open streams"
+            );
         }
         list[1].in_flight.store(9, Ordering::Relaxed);
-        assert_eq!(pick(&list, &[]), Some(0));
+        assert_eq!(pick(&list, &[], false), Some(0));
     }
 
     #[test]
     fn a_watch_counts_in_flight_only_until_its_answer_comes() {
         let list = endpoints(1);
         let count = || list[0].in_flight.load(Ordering::Relaxed);
-        let watch = Lease::new(list[0].clone());
-        let list_request = Lease::new(list[0].clone());
-        assert_eq!(count(), 2, "both wait for their answers");
+        let streams = || list[0].streams.load(Ordering::Relaxed);
+        let watch = Lease::new(list[0].clone(), RequestKind::Watch);
+        let list_request = Lease::new(list[0].clone(), RequestKind::Short);
+        assert_eq!((count(), streams()), (2, 1), "both wait for their answers");
         let watch = watch.with(Conn::None, RequestKind::Watch);
         let list_request = list_request.with(Conn::None, RequestKind::Short);
-        assert_eq!(count(), 1, "the streaming watch no longer counts");
+        assert_eq!(
+            count(),
+            1,
+            "the streaming watch no longer counts as in flight"
+        );
+        assert_eq!(streams(), 1, "but as a stream");
         drop(list_request);
         assert_eq!(count(), 0);
         drop(watch);
-        assert_eq!(count(), 0, "and its end does not count twice");
+        assert_eq!(
+            (count(), streams()),
+            (0, 0),
+            "and its end does not count twice"
+        );
     }
 
     #[test]
@@ -254,13 +294,13 @@ mod tests {
         let list = endpoints(3);
         list[0].eject();
         for _ in 0..100 {
-            assert_ne!(pick(&list, &[]), Some(0));
-            assert_eq!(pick(&list, &[1]), Some(2));
+            assert_ne!(pick(&list, &[], false), Some(0));
+            assert_eq!(pick(&list, &[1], false), Some(2));
         }
         // Every untried endpoint ejected: try one anyway rather than fail unseen.
         list[2].eject();
-        assert!(matches!(pick(&list, &[1]), Some(0 | 2)));
-        assert_eq!(pick(&list, &[0, 1, 2]), None);
+        assert!(matches!(pick(&list, &[1], false), Some(0 | 2)));
+        assert_eq!(pick(&list, &[0, 1, 2], false), None);
     }
 
     #[test]
