@@ -103,7 +103,7 @@ async fn watch(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_balance_by_in_flight_requests_over_h2() {
+async fn watches_balance_by_open_streams_over_h2() {
     let (w, one, two, gw) = two_endpoints_and_a_dead_one().await;
     let mut send = w.client(Some("alice")).h2_connection(gw.addr).await;
     let mut open = Vec::new();
