@@ -179,7 +179,7 @@ async fn watches_open_another_h2_connection_past_the_stream_cap() {
 async fn a_pooled_connection_the_backend_closed_is_replaced_without_an_error() {
     let s = World::single(|_| {}).await;
     let c = s.w.client(Some("alice"));
-    let path = "/apis/a.example.com/v1/namespaces/n/things";
+    let path = THINGS;
     assert_eq!(c.get(s.gw.addr, path).await.status, 200);
     // The backend restarts: the gateway's idle keep-alive connection to it is now closed.
     let addr = s.echo.stop();
@@ -242,18 +242,67 @@ async fn without_workers_one_backend_connection_serves_every_client() {
     assert!(a.iter().chain(&b).all(|r| r == &a[0]), "{a:?} {b:?}");
 }
 
-/// A backend that answers the first request on each connection and then, like a server
-/// closing an idle connection just as the next request arrives, reads the second one and
-/// closes the connection without a word. Counts the connections it accepted.
-async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (crt, key) = w.pki.leaf("closer", &w.addon_ca, HOST, &[], &[HOST], true);
+/// A loopback listener and a TLS acceptor (HTTP/1.1 only) with a certificate for [`HOST`] from
+/// the addon CA, for backends that misbehave on purpose.
+async fn http1_listener(
+    w: &World,
+    name: &str,
+) -> (
+    tokio_rustls::TlsAcceptor,
+    tokio::net::TcpListener,
+    std::net::SocketAddr,
+) {
+    let (crt, key) = w.pki.leaf(name, &w.addon_ca, HOST, &[], &[HOST], true);
     let cert = apigw_core::tls::ReloadingCert::load(&crt, &key).unwrap();
     let mut tls = apigw_core::tls::server_config(cert, None).unwrap();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    (acceptor, listener, addr)
+}
+
+/// The gateway with `a.example.com/v1` served by `a-svc.a-ns.svc` at `endpoints`, once a GET of
+/// [`THINGS`] through it succeeds (the availability check takes the first endpoint that
+/// accepts). `tune` adjusts the configuration first.
+async fn serving_a(
+    w: &World,
+    endpoints: Vec<std::net::SocketAddr>,
+    tune: impl FnOnce(&mut apigw_gateway::config::Config),
+) -> support::Gateway {
+    w.register(
+        "a.json",
+        "a.example.com",
+        "v1",
+        100,
+        10,
+        "a-svc",
+        "a-ns",
+        &w.addon_ca,
+    );
+    let mut cfg = w.config(&[]);
+    cfg.proxy.resolve.insert((HOST.into(), 443), endpoints);
+    tune(&mut cfg);
+    let gw = w.gateway(cfg).await;
+    let alice = w.client(Some("alice"));
+    assert!(
+        support::eventually(10, || async {
+            alice.get(gw.addr, THINGS).await.status == 200
+        })
+        .await,
+        "the backend never became available"
+    );
+    gw
+}
+
+const THINGS: &str = "/apis/a.example.com/v1/namespaces/n/things";
+
+/// A backend that answers the first request on each connection and then, like a server
+/// closing an idle connection just as the next request arrives, reads the second one and
+/// closes the connection without a word. Counts the connections it accepted.
+async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (acceptor, listener, addr) = http1_listener(w, "closer").await;
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
     tokio::spawn(async move {
@@ -296,13 +345,7 @@ async fn closes_after_one_answer(w: &World) -> (std::net::SocketAddr, Arc<Atomic
 /// the request's head, and closes the connection without a word.
 async fn swallows_requests(w: &World) -> std::net::SocketAddr {
     use tokio::io::AsyncReadExt;
-    let (crt, key) = w.pki.leaf("dying", &w.addon_ca, HOST, &[], &[HOST], true);
-    let cert = apigw_core::tls::ReloadingCert::load(&crt, &key).unwrap();
-    let mut tls = apigw_core::tls::server_config(cert, None).unwrap();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (acceptor, listener, addr) = http1_listener(w, "dying").await;
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
@@ -332,31 +375,10 @@ async fn a_get_a_dying_endpoint_left_unanswered_is_sent_to_another_a_post_is_not
     let w = World::new();
     let live = w.backend("live", "a-svc", "a-ns", &w.addon_ca, None).await;
     let dying = swallows_requests(&w).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[]);
-    // The live endpoint first: the availability check takes the first that accepts.
-    cfg.proxy
-        .resolve
-        .insert((HOST.into(), 443), vec![live.addr, dying]);
-    let gw = w.gateway(cfg).await;
+    // The live endpoint first, for the availability check.
+    let gw = serving_a(&w, vec![live.addr, dying], |_| {}).await;
     let alice = w.client(Some("alice"));
-    let path = "/apis/a.example.com/v1/namespaces/n/things";
-    assert!(
-        support::eventually(10, || async {
-            alice.get(gw.addr, path).await.status == 200
-        })
-        .await,
-        "the backend never became available"
-    );
+    let path = THINGS;
     for i in 0..20 {
         let a = alice.get(gw.addr, path).await;
         assert_eq!(a.status, 200, "GET {i}: {:?}", a.body);
@@ -396,30 +418,10 @@ async fn a_get_a_dying_endpoint_left_unanswered_is_sent_to_another_a_post_is_not
 async fn a_get_on_a_connection_closed_unanswered_is_sent_again_a_post_is_not() {
     let w = World::new();
     let (addr, accepted) = closes_after_one_answer(&w).await;
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[]);
     // One idle list, so every request after the first finds the pooled connection.
-    cfg.server.worker_threads = 0;
-    cfg.proxy.resolve.insert((HOST.into(), 443), vec![addr]);
-    let gw = w.gateway(cfg).await;
+    let gw = serving_a(&w, vec![addr], |cfg| cfg.server.worker_threads = 0).await;
     let alice = w.client(Some("alice"));
-    let path = "/apis/a.example.com/v1/namespaces/n/things";
-    assert!(
-        support::eventually(10, || async {
-            alice.get(gw.addr, path).await.status == 200
-        })
-        .await,
-        "the backend never became available"
-    );
+    let path = THINGS;
     for i in 0..6 {
         // Idle a while, as a connection a server closes for idleness is.
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -181,10 +182,25 @@ func (c *cluster) awaitAvailable(ctx context.Context, d door) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(90 * time.Second)
+	err = awaitOK(ctx, hc, d.cfg.Host+"/apis/wardle.example.com/v1alpha1", 90*time.Second, nil)
+	if err != nil {
+		return fmt.Errorf("wardle.example.com/v1alpha1 not served: %w", err)
+	}
+	return nil
+}
+
+// awaitOK polls url until it answers 200, for up to limit, or until gone closes; the error
+// has the last answer.
+func awaitOK(ctx context.Context, c *http.Client, url string, limit time.Duration, gone <-chan struct{}) error {
+	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
-		resp, err := hc.Get(d.cfg.Host + "/apis/wardle.example.com/v1alpha1")
+		select {
+		case <-gone:
+			return errors.New("the server exited")
+		default:
+		}
+		resp, err := c.Get(url)
 		if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			_ = resp.Body.Close()
@@ -195,9 +211,9 @@ func (c *cluster) awaitAvailable(ctx context.Context, d door) error {
 		} else {
 			last = err.Error()
 		}
-		pause(ctx, 500*time.Millisecond)
+		pause(ctx, 200*time.Millisecond)
 	}
-	return fmt.Errorf("wardle.example.com/v1alpha1 not served after 90 s: %s", last)
+	return fmt.Errorf("no 200 from %s within %s: %s", url, limit, last)
 }
 
 // gateway is apigw in cluster mode.

@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -136,28 +135,10 @@ func (s *replicaSet) add(ctx context.Context) (*replica, error) {
 }
 
 func (s *replicaSet) awaitReady(ctx context.Context, r *replica) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.done:
-			return fmt.Errorf("replica %s exited before it was ready; see logs/wardle-%s.log", r.name, r.name)
-		default:
-		}
-		resp, err := s.client.Get(s.url(r, "/readyz"))
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status + ": " + string(body)
-		} else {
-			last = err.Error()
-		}
-		pause(ctx, 200*time.Millisecond)
+	if err := awaitOK(ctx, s.client, s.url(r, "/readyz"), 2*time.Minute, r.done); err != nil {
+		return fmt.Errorf("replica %s (logs/wardle-%s.log): %w", r.name, r.name, err)
 	}
-	return fmt.Errorf("replica %s not ready after 2 minutes: %s", r.name, last)
+	return nil
 }
 
 // publish writes the replica's EndpointSlice: ready, or terminating (not ready, as the
