@@ -4,7 +4,8 @@
 //! refused, and an HTTP/1.1 upgrade is spliced after a `101`. Failures are [`ForwardError`]s,
 //! which the pipeline answers as a `kind: Status`.
 
-use super::{remove_hop_by_hop, set_identity, Backend, Forwarded, Proxy, Retries};
+use super::pool::Retries;
+use super::{remove_hop_by_hop, set_identity, Backend, Forwarded, Proxy};
 use crate::authn::Identity;
 use crate::request_info::{RequestInfo, RequestKind};
 use apigw_core::body::{self, Body, BoxError};
@@ -246,7 +247,11 @@ where
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         match std::pin::Pin::new(&mut self.0).poll_frame(cx) {
             std::task::Poll::Ready(Some(Err(e))) => {
-                tracing::info!(error = %e, "the backend's watch broke; ended for the client, who resumes from its last resourceVersion");
+                tracing::info!(
+                    error = %e,
+                    "the backend's watch broke; ended for the client, who resumes from its last \
+                     resourceVersion"
+                );
                 std::task::Poll::Ready(None)
             }
             polled => polled,

@@ -18,7 +18,7 @@ pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use forward::ForwardError;
 pub(crate) use headers::{decimal, dotted};
 pub use headers::{escape_extra_key, remove_hop_by_hop, sent_names, set_identity, Forwarded};
-pub use pool::{PoolError, Retries, STREAMS_PER_CONN};
+pub use pool::{PoolError, STREAMS_PER_CONN};
 
 use crate::authn::Identity;
 use crate::registry::ApiService;

@@ -1,10 +1,10 @@
 //! The endpoints of one backend and the choice among them: power of two choices, on requests
 //! in flight for an ordinary request and on open streams for a watch or an upgrade (a stream
 //! counts as in flight only until its answer's head: a replica holding long watches is no
-//! busier for ordinary requests, and watches still spread evenly), passive ejection of an endpoint whose connect or handshake failed (1 s, doubling
-//! up to 30 s), each endpoint's idle HTTP/1.1 connections (one list per connection worker) and
-//! shared HTTP/2 connections, and the [`Lease`] a request in flight holds on its endpoint and
-//! connection.
+//! busier for ordinary requests, and watches still spread evenly); passive ejection of an
+//! endpoint whose connect or handshake failed (1 s, doubling up to 30 s); each endpoint's idle
+//! HTTP/1.1 connections (one list per connection worker) and shared HTTP/2 connections; and the
+//! [`Lease`] a request in flight holds on its endpoint and connection.
 
 use super::STREAMS_PER_CONN;
 use crate::request_info::RequestKind;
