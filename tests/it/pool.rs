@@ -22,21 +22,7 @@ async fn two_endpoints_and_a_dead_one() -> (World, Echo, Echo, support::Gateway)
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap();
     drop(dead);
-    w.register(
-        "a.json",
-        "a.example.com",
-        "v1",
-        100,
-        10,
-        "a-svc",
-        "a-ns",
-        &w.addon_ca,
-    );
-    let mut cfg = w.config(&[]);
-    cfg.proxy
-        .resolve
-        .insert((HOST.into(), 443), vec![one.addr, dead_addr, two.addr]);
-    let gw = w.gateway(cfg).await;
+    let gw = gateway_for_a(&w, vec![one.addr, dead_addr, two.addr], |_| {}).await;
     (w, one, two, gw)
 }
 
@@ -262,10 +248,9 @@ async fn http1_listener(
     (acceptor, listener, addr)
 }
 
-/// The gateway with `a.example.com/v1` served by `a-svc.a-ns.svc` at `endpoints`, once a GET of
-/// [`THINGS`] through it succeeds (the availability check takes the first endpoint that
-/// accepts). `tune` adjusts the configuration first.
-async fn serving_a(
+/// The gateway with `a.example.com/v1` served by `a-svc.a-ns.svc` at `endpoints`; `tune`
+/// adjusts the configuration first.
+async fn gateway_for_a(
     w: &World,
     endpoints: Vec<std::net::SocketAddr>,
     tune: impl FnOnce(&mut apigw_gateway::config::Config),
@@ -283,7 +268,17 @@ async fn serving_a(
     let mut cfg = w.config(&[]);
     cfg.proxy.resolve.insert((HOST.into(), 443), endpoints);
     tune(&mut cfg);
-    let gw = w.gateway(cfg).await;
+    w.gateway(cfg).await
+}
+
+/// [`gateway_for_a`], once a GET of [`THINGS`] through it succeeds (the availability check
+/// takes the first endpoint that accepts).
+async fn serving_a(
+    w: &World,
+    endpoints: Vec<std::net::SocketAddr>,
+    tune: impl FnOnce(&mut apigw_gateway::config::Config),
+) -> support::Gateway {
+    let gw = gateway_for_a(w, endpoints, tune).await;
     let alice = w.client(Some("alice"));
     assert!(
         support::eventually(10, || async {

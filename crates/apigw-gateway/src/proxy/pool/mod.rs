@@ -237,7 +237,7 @@ impl Pool {
                     tracing::debug!(addr = %endpoint.addr, error = %chain(&error),
                         "no answer to an idempotent request; sending it again");
                     // Elsewhere when there is another endpoint: this one closed on it.
-                    if endpoints.list.len() > tried.len() + 1 {
+                    if spare {
                         tried.push(i);
                     }
                     req = *again;
