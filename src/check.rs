@@ -182,7 +182,7 @@ fn backend(b: &apigw_gateway::registry::Backend) -> String {
 }
 
 /// An APIService's own request policy, as `apigw check` prints it after its target.
-fn policy(p: &apigw_gateway::registry::Policy) -> String {
+fn policy(p: &apigw_request::Policy) -> String {
     let mut parts = Vec::new();
     if let Some(t) = p.request_timeout {
         parts.push(format!("request timeout {t:?}"));

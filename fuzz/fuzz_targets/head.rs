@@ -40,7 +40,7 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
         assert!(!token.is_empty() && token.trim() == token);
     }
     let _ = apigw_gateway::authz::impersonation::requested(headers);
-    let front_proxy = apigw_gateway::authn::IdentityHeaders::new(
+    let front_proxy = apigw_request::IdentityHeaders::new(
         &["X-Remote-User"],
         &["X-Remote-Group"],
         &["X-Remote-Extra-"],

@@ -16,8 +16,8 @@
 
 mod common;
 
-use apigw_gateway::authn::{Identity, IdentityHeaders};
 use apigw_gateway::proxy::{remove_hop_by_hop, set_identity, Forwarded};
+use apigw_request::{Identity, IdentityHeaders};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {

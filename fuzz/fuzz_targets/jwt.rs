@@ -16,8 +16,8 @@
 mod common;
 
 use apigw_gateway::authn::jwt::{AuthenticationConfiguration, IssuerSettings, KeySet};
-use apigw_gateway::authn::Identity;
 use apigw_gateway::fuzzing::{jwt_claims_identity, jwt_crypto, jwt_verify};
+use apigw_request::Identity;
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 

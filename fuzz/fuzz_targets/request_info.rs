@@ -10,9 +10,10 @@
 
 mod common;
 
-use apigw_gateway::authz::{segments, Attributes};
 use apigw_gateway::fuzzing::{RequestInfo, RequestKind};
-use apigw_gateway::registry::Policy;
+use apigw_request::segments;
+use apigw_request::Attributes;
+use apigw_request::Policy;
 use http::{header, Version};
 use std::time::{Duration, Instant};
 

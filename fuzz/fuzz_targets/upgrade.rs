@@ -10,9 +10,9 @@
 
 mod common;
 
-use apigw_gateway::authz::Attributes;
 use apigw_gateway::fuzzing::RequestKind;
 use apigw_gateway::proxy::remove_hop_by_hop;
+use apigw_request::Attributes;
 use http::{header, HeaderMap, HeaderName, Version};
 
 const HOP_BY_HOP: [&str; 8] = [

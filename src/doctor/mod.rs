@@ -314,7 +314,7 @@ fn load_services(dir: &Path, names: &[String]) -> (Vec<Entry>, Vec<Step>) {
     let mut invalid: BTreeMap<String, Vec<Step>> = BTreeMap::new();
     let mut global = Vec::new();
     let mut seen = Vec::new();
-    for file in apigw_gateway::registry::manifest_files(dir).unwrap_or_default() {
+    for file in apigw_core::yaml::manifest_files(dir).unwrap_or_default() {
         let shown = file.display().to_string();
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,

@@ -6,12 +6,13 @@
 use crate::support::kube_api::KubeApi;
 use crate::support::tool::{kubectl, kubectl_command};
 use crate::support::{eventually, Pki};
-use apigw_gateway::authn::Identity;
 use apigw_gateway::authz::webhook::{KubeSender, Webhook, WebhookSettings};
-use apigw_gateway::authz::{Attributes, Verdict};
+use apigw_gateway::authz::Verdict;
 use apigw_gateway::availability::{Condition, State};
 use apigw_gateway::cluster::{self, lease::LeaseSettings, services::RoutingMode};
 use apigw_gateway::registry::Registry;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

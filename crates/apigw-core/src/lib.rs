@@ -2,18 +2,24 @@
 //! body type, `kind: Status` errors, TLS configs and certificate verification, the one serve
 //! loop (TLS or plain) with its limits and graceful drain, YAML, the API machinery the served
 //! APIs share and Kubernetes' naming rules, files that apply when they change, reading certificates back, the dev PKI (the
-//! `dev-pki` feature), and the shutdown signal. Depends on no other apigw crate.
+//! `dev-pki` feature), a review cache, Prometheus family registration, and the shutdown signal. Depends on no other apigw crate.
 
 pub mod body;
+pub mod cache;
 pub mod certs;
 pub mod duration;
 pub mod errors;
+pub mod families;
 pub mod meta;
 pub mod names;
 pub mod reload;
 pub mod server;
 pub mod tls;
 pub mod yaml;
+
+/// A boxed future borrowing its receiver, as the review traits (TokenReview,
+/// SubjectAccessReview) return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Resolves on the first Ctrl-C or SIGTERM: the signal to stop accepting and drain. A second
 /// one ends the process at once with exit code 1, as kube-apiserver does, for whoever will not

@@ -18,9 +18,9 @@
 //!
 //!   cargo bench -p apigw-gateway --bench apf [-- --rounds 7 --spacer 1024]
 
-use apigw_gateway::authn::Identity;
-use apigw_gateway::authz::Attributes;
 use apigw_gateway::flowcontrol::{Flow, FlowControlSettings, FlowMetrics, Ticket};
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

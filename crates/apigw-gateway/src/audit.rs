@@ -4,8 +4,8 @@
 //! rotated by size. Writing happens on its own task behind a bounded queue: a request never
 //! waits for the log, and when the queue is full the event is dropped and counted.
 
-use crate::authn::Identity;
-use crate::authz::Attributes;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::io::Write;

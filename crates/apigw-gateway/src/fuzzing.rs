@@ -3,12 +3,12 @@
 //! the docs, and free to change with the code it exposes.
 
 use crate::authn::jwt::{IssuerSettings, KeySet};
-use crate::authn::Identity;
 use apigw_core::errors::Status;
+use apigw_request::Identity;
 use http::{HeaderValue, Request};
 use serde_json::{Map, Value};
 
-pub use crate::request_info::{RequestInfo, RequestKind};
+pub use apigw_request::{RequestInfo, RequestKind};
 
 /// The request's validated host, as the pipeline checks it first ([`crate::gateway`]).
 pub fn host_of<B>(req: &Request<B>) -> Result<Option<HeaderValue>, Status> {

@@ -8,12 +8,10 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod availability;
-mod cache;
 pub mod cluster;
 pub mod config;
 pub mod discovery;
 pub mod expr;
-mod families;
 pub mod flowcontrol;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -21,7 +19,6 @@ pub mod gateway;
 mod metrics;
 pub mod proxy;
 pub mod registry;
-mod request_info;
 
 #[cfg(test)]
 mod tests {

@@ -15,8 +15,8 @@
 //! - the standard `process_*` metrics (Linux), and the live tasks of the gateway's tokio
 //!   runtimes (read at each scrape; the soak watches it for leaks).
 
-use crate::authz::Attributes;
-use crate::families::{counter, gauge};
+use apigw_core::families::{counter, gauge};
+use apigw_request::Attributes;
 use http::{HeaderMap, Method};
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,

@@ -9,7 +9,6 @@
 //! ([`IdentityHeaders`]).
 
 mod attempts;
-mod headers;
 mod remote;
 mod settings;
 pub use attempts::Attempts;
@@ -21,23 +20,16 @@ pub mod jwt;
 mod token;
 mod x509;
 
-pub use headers::IdentityHeaders;
 pub use token::{TokenFile, TokenFileError};
 pub use x509::{subject, CertAuthenticator, CertSources, PeerIdentity, PeerSort};
 
 use apigw_core::body::BoxError;
 use apigw_core::errors::Status;
 use apigw_core::reload::{Reload, Watched};
-use std::collections::BTreeMap;
-use std::future::Future;
+use apigw_core::BoxFuture;
+use apigw_request::{Identity, IdentityHeaders, ANONYMOUS_USER, UNAUTHENTICATED};
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-
-/// The group every authenticated user belongs to.
-pub const AUTHENTICATED: &str = "system:authenticated";
-/// The user and group of requests without credentials when anonymous auth is on.
-pub const ANONYMOUS_USER: &str = "system:anonymous";
 
 /// Where requests without credentials are served as `system:anonymous`: nowhere, everywhere
 /// (`--anonymous-auth`), or only at the paths the authentication configuration's
@@ -71,51 +63,6 @@ impl From<bool> for Anonymous {
         }
     }
 }
-pub const UNAUTHENTICATED: &str = "system:unauthenticated";
-
-/// An authenticated user, as forwarded to backends in `X-Remote-*` headers.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Identity {
-    pub user: String,
-    pub uid: Option<String>,
-    pub groups: Vec<String>,
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-impl Identity {
-    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
-        Self {
-            user: user.into(),
-            groups,
-            ..Self::default()
-        }
-    }
-
-    /// Adds `system:authenticated` unless present (or the user is anonymous), as kube does.
-    fn authenticated(mut self) -> Self {
-        if !self.groups.iter().any(|g| g == AUTHENTICATED) {
-            self.groups.push(AUTHENTICATED.to_string());
-        }
-        self
-    }
-
-    /// A copy with `system:authenticated`, its groups allocated once (every request of a
-    /// certificate-authenticated connection makes one).
-    fn authenticated_clone(&self) -> Self {
-        let mut groups = Vec::with_capacity(self.groups.len() + 1);
-        groups.extend(self.groups.iter().cloned());
-        Self {
-            user: self.user.clone(),
-            uid: self.uid.clone(),
-            groups,
-            extra: self.extra.clone(),
-        }
-        .authenticated()
-    }
-}
-
-/// A boxed future borrowing its reviewer, as the review traits return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Checks a bearer token no local method knows (cluster mode: TokenReview).
 pub trait TokenReview: Send + Sync {
@@ -358,6 +305,7 @@ pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apigw_request::AUTHENTICATED;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {

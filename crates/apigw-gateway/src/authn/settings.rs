@@ -2,6 +2,7 @@
 //! front proxy's identity headers and the JWT issuers' configuration file. Defaults live only
 //! here.
 
+use apigw_request::IdentityHeaders;
 use std::path::PathBuf;
 
 /// How clients are authenticated.
@@ -21,6 +22,16 @@ pub struct AuthnSettings {
 }
 
 impl AuthnSettings {
+    /// The identity-header policy of the front-proxy settings; without them, the standard
+    /// headers only.
+    pub fn identity_headers(&self) -> IdentityHeaders {
+        self.request_header
+            .as_ref()
+            .map_or_else(IdentityHeaders::default, |rh| {
+                IdentityHeaders::new(&rh.username_headers, &rh.group_headers, &rh.extra_prefixes)
+            })
+    }
+
     /// Where client certificates are verified from: the client CA and the front-proxy CA with
     /// its allowed names. `serve` and `check` load the same sources.
     pub fn cert_sources(&self) -> super::CertSources {
@@ -176,5 +187,33 @@ impl AuthnSettings {
                 .chain(jwt.err())
                 .collect()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_from_the_settings_or_none() {
+        let settings = RequestHeaderSettings::new("ca.crt".into());
+        let mut h = http::HeaderMap::new();
+        h.insert("x-remote-user", "alice".parse().unwrap());
+        h.insert("x-remote-extra-k", "v".parse().unwrap());
+        let id = AuthnSettings {
+            request_header: Some(settings),
+            ..AuthnSettings::default()
+        }
+        .identity_headers()
+        .identity(&h)
+        .unwrap();
+        assert_eq!(
+            (id.user.as_str(), &id.extra["k"]),
+            ("alice", &vec!["v".to_string()])
+        );
+        assert!(AuthnSettings::default()
+            .identity_headers()
+            .identity(&h)
+            .is_none());
     }
 }

@@ -645,9 +645,10 @@ mod tests {
 
 #[cfg(test)]
 mod reload_tests {
-    use crate::authn::Identity;
-    use crate::authz::{Attributes, AuthzSettings, LinkSettings, Verdict};
+    use crate::authz::{AuthzSettings, LinkSettings, Verdict};
     use apigw_core::reload::Reload;
+    use apigw_request::Attributes;
+    use apigw_request::Identity;
     use http::Method;
 
     /// A changed file is put in force whole; a bad one is refused with its problems and the

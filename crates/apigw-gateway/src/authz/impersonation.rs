@@ -15,9 +15,10 @@
 //! Upstream's associated-node mode (a node's service account impersonating its node) is not
 //! offered.
 
-use super::{forbidden, Attributes, Authorizer};
-use crate::authn::{Identity, ANONYMOUS_USER, AUTHENTICATED, UNAUTHENTICATED};
+use super::{forbidden, Authorizer};
 use apigw_core::errors::Status;
+use apigw_request::Attributes;
+use apigw_request::{Identity, ANONYMOUS_USER, AUTHENTICATED, UNAUTHENTICATED};
 use http::HeaderMap;
 use std::collections::BTreeMap;
 

@@ -11,7 +11,6 @@
 //! entry that turns an authenticated identity into the admitted one. A refusal's message
 //! reads as kube-apiserver's.
 
-mod attributes;
 pub mod config;
 pub mod impersonation;
 pub mod rbac;
@@ -20,13 +19,14 @@ mod settings;
 pub mod webhook;
 pub use settings::{AuthzSettings, LinkSettings};
 
-pub use attributes::{query_value, segments, Attributes};
 pub use rbac::PolicyError;
 
-use crate::authn::{BoxFuture, Identity};
 use apigw_core::body::BoxError;
 use apigw_core::errors::Status;
 use apigw_core::reload::{Reload, Watched};
+use apigw_core::BoxFuture;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use arc_swap::ArcSwap;
 use http::HeaderMap;
 use impersonation::Applied;
@@ -685,7 +685,7 @@ mod tests {
         let open = Authorizer::new(vec![AuthzMode::AlwaysAllow], None).unwrap();
         let admitted = open.admit(root.clone(), &h, &a).await.unwrap();
         assert_eq!(admitted.identity.user, "carol");
-        assert_eq!(admitted.identity.groups, vec![crate::authn::AUTHENTICATED]);
+        assert_eq!(admitted.identity.groups, vec![apigw_request::AUTHENTICATED]);
         assert_eq!(admitted.real, Some(root));
         // A refused impersonation is refused as the real user.
         let alice = Identity::new("alice", vec![]);

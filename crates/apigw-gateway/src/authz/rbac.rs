@@ -6,8 +6,8 @@
 //! defaults kube-apiserver bootstraps for every authenticated user (discovery, the self
 //! reviews) are built in.
 
-use super::Attributes;
-use crate::authn::Identity;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -294,7 +294,7 @@ impl Policy {
 
     /// The rules that apply to `id` in `namespace` (cluster-wide rules included), built-ins first.
     pub fn rules_for(&self, id: &Identity, namespace: &str) -> Vec<PolicyRule> {
-        let mut out = if id.groups.iter().any(|g| g == crate::authn::AUTHENTICATED) {
+        let mut out = if id.groups.iter().any(|g| g == apigw_request::AUTHENTICATED) {
             bootstrap()
         } else {
             Vec::new()

@@ -7,11 +7,13 @@
 //! kubeconfig file, or to the cluster's SubjectAccessReview API ([`AccessReview`] is how it is
 //! sent).
 
-use super::{Attributes, Verdict};
-use crate::authn::{BoxFuture, Identity};
-use crate::cache::{digest, TtlCache};
+use super::Verdict;
 use crate::expr::{self, Expression};
 use apigw_core::body::BoxError;
+use apigw_core::cache::{digest, TtlCache};
+use apigw_core::BoxFuture;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::sync::Arc;

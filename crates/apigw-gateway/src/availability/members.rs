@@ -13,8 +13,8 @@
 //!   resources only; its last good resources stay listed.
 
 use super::{Condition, State};
-use crate::authz::Attributes;
 use crate::registry::{ApiService, Backend};
+use apigw_request::Attributes;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,8 +5,8 @@
 //! which the authenticator asks it.
 
 use super::ClusterError;
-use crate::authn::Identity;
-use crate::cache::{digest, TtlCache};
+use apigw_core::cache::{digest, TtlCache};
+use apigw_request::Identity;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use kube::api::{Api, PostParams};
 use std::time::Duration;
@@ -89,7 +89,7 @@ impl crate::authn::TokenReview for TokenReviewer {
     fn review<'a>(
         &'a self,
         token: &'a str,
-    ) -> crate::authn::BoxFuture<'a, Result<Option<Identity>, apigw_core::body::BoxError>> {
+    ) -> apigw_core::BoxFuture<'a, Result<Option<Identity>, apigw_core::body::BoxError>> {
         Box::pin(async move { TokenReviewer::review(self, token).await.map_err(Into::into) })
     }
 }

@@ -10,8 +10,8 @@
 use super::config::{
     Distinguisher, FlowSchema, NonResourceRule, PolicyRules, ResourceRule, Subject,
 };
-use crate::authn::Identity;
-use crate::authz::Attributes;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use std::sync::Arc;
 
 /// True when `fs` matches a request by `id` with attributes `a`.

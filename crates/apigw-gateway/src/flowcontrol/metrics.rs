@@ -61,8 +61,10 @@ const EXECUTE: &str = "execute";
 impl FlowMetrics {
     /// Registers them in `r`. The names and labels are constants: registering cannot fail.
     pub fn register(r: &Registry) -> Self {
-        let counter = |name, help, labels: &[&str]| crate::families::counter(r, name, help, labels);
-        let gauge = |name, help, labels: &[&str]| crate::families::gauge(r, name, help, labels);
+        let counter =
+            |name, help, labels: &[&str]| apigw_core::families::counter(r, name, help, labels);
+        let gauge =
+            |name, help, labels: &[&str]| apigw_core::families::gauge(r, name, help, labels);
         let wait = HistogramVec::new(
             HistogramOpts::new(
                 "apiserver_flowcontrol_request_wait_duration_seconds",

@@ -23,9 +23,9 @@ pub mod metrics;
 pub mod objects;
 pub mod queueset;
 
-use crate::authn::Identity;
-use crate::authz::Attributes;
 use apigw_core::errors::Status;
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
 pub use metrics::FlowMetrics;

@@ -24,7 +24,7 @@ pub struct Objects {
 /// The files `path` names: itself, or a directory's manifest files.
 pub fn files(path: &Path) -> Vec<PathBuf> {
     if path.is_dir() {
-        crate::registry::manifest_files(path).unwrap_or_default()
+        apigw_core::yaml::manifest_files(path).unwrap_or_default()
     } else {
         vec![path.to_path_buf()]
     }

@@ -18,7 +18,7 @@
 
 use super::borrowing::{Demand, Observed};
 use super::classify::{card, deal, hand_len};
-use crate::authz::Attributes;
+use apigw_request::Attributes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

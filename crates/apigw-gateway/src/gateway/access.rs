@@ -12,12 +12,12 @@
 //! slot.
 
 use crate::audit::{Auditor, Outcome};
-use crate::authn::Identity;
 use crate::flowcontrol::Ticket;
 use crate::metrics::Metrics;
 use crate::proxy::{decimal, dotted};
-use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
+use apigw_request::Identity;
+use apigw_request::RequestInfo;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Frame, SizeHint};
@@ -106,7 +106,7 @@ impl Record {
         let anonymous = self
             .identity
             .as_ref()
-            .is_some_and(|i| i.user == crate::authn::ANONYMOUS_USER);
+            .is_some_and(|i| i.user == apigw_request::ANONYMOUS_USER);
         let bound = crate::metrics::Bound {
             served: self.served,
             authenticated: self.identity.is_some() && !(anonymous && matches!(code, 401 | 403)),

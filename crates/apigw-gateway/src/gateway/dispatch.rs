@@ -8,12 +8,12 @@
 use super::route::{FlowDump, Route};
 use super::{reviews, Gateway};
 use crate::apiservices;
-use crate::authn::Identity;
 use crate::discovery;
 use crate::registry::ApiService;
-use crate::request_info::RequestInfo;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, render, Status};
+use apigw_request::Identity;
+use apigw_request::RequestInfo;
 use bytes::Bytes;
 use http::{Request, Response};
 use std::sync::Arc;
@@ -90,7 +90,7 @@ impl Gateway {
                         FlowDump::Queues => flow.dump_queues(),
                         // Upstream's: details with any non-empty `includeRequestDetails`.
                         FlowDump::Requests => flow.dump_requests(
-                            crate::authz::query_value(req.uri().query(), "includeRequestDetails")
+                            apigw_request::query_value(req.uri().query(), "includeRequestDetails")
                                 .is_some_and(|v| !v.is_empty()),
                         ),
                     };

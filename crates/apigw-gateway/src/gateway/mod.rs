@@ -21,7 +21,7 @@ pub use health::Health;
 pub use pipeline::{GatewayService, ResponseFuture};
 
 use crate::apiservices::ApiServices;
-use crate::authn::{Attempts, Authenticator, CertAuthenticator, IdentityHeaders};
+use crate::authn::{Attempts, Authenticator, CertAuthenticator};
 use crate::authz::Authorizer;
 use crate::availability::{self, Availability};
 use crate::config::Config;
@@ -93,7 +93,7 @@ impl Gateway {
         } = cfg.authn.load().map_err(first_problem)?;
         let metrics = Arc::new(Metrics::default());
         // One identity-header policy: authentication reads with it, the proxy strips with it.
-        let identity_headers = Arc::new(IdentityHeaders::of(cfg.authn.request_header.as_ref()));
+        let identity_headers = Arc::new(cfg.authn.identity_headers());
         let authn = Authenticator::new(identity_headers.clone(), tokens, anonymous)
             .with_jwt(jwt)
             .reloading_from(

@@ -20,13 +20,13 @@
 use super::route::{Route, Router};
 use super::{access, host, limits, paths, Gateway};
 use crate::authn::PeerIdentity;
-use crate::authz::{self, Acting, Refused};
+use crate::authz::{Acting, Refused};
 use crate::flowcontrol::{PfHeaders, Ticket};
-use crate::request_info::RequestInfo;
-use crate::request_info::RequestKind;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{render, Status};
 use apigw_core::server::ConnInfo;
+use apigw_request::RequestInfo;
+use apigw_request::RequestKind;
 use bytes::Bytes;
 use http::{Request, Response};
 use std::convert::Infallible;
@@ -122,7 +122,7 @@ impl Gateway {
         if let Some(res) = self.public(&req) {
             return res;
         }
-        let segments = authz::segments(req.uri().path());
+        let segments = apigw_request::segments(req.uri().path());
         let route = self.route(&segments);
         let policy = route.apiservice().map(|s| &s.policy);
         let info = RequestInfo::of(

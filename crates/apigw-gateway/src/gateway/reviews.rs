@@ -5,11 +5,12 @@
 //! With a delegate, the other resources of these groups (tokenreviews, subjectaccessreviews,
 //! localsubjectaccessreviews) are the delegate's, as behind kube-aggregator.
 
-use crate::authn::Identity;
-use crate::authz::{Attributes, Authorizer};
+use crate::authz::Authorizer;
 use crate::registry::ApiService;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, Status};
+use apigw_request::Attributes;
+use apigw_request::Identity;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;

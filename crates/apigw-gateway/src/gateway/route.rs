@@ -1,5 +1,5 @@
 //! What a request targets, decided once per request, before authentication, from the path's one
-//! split ([`crate::authz::segments`]) and one registry snapshot: the discovery documents, the
+//! split ([`apigw_request::segments`]) and one registry snapshot: the discovery documents, the
 //! `apiregistration.k8s.io` API, an identity review, an APIService's backend, OpenAPI, the
 //! metrics, the delegate, or nothing. The metrics labels, the access line and dispatch
 //! ([`super::dispatch`]) all read the one [`Route`], so a registry change while a request is in
@@ -247,8 +247,8 @@ mod tests {
     //! The router in the style of axum's: many small cases, each a path and the route it takes.
 
     use super::*;
-    use crate::authz::segments;
     use crate::discovery::{self, Builtin};
+    use apigw_request::segments;
     use serde_json::json;
     use std::collections::HashMap;
 

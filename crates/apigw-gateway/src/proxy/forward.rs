@@ -6,10 +6,10 @@
 
 use super::pool::Retries;
 use super::{remove_hop_by_hop, set_identity, Backend, Forwarded, Proxy};
-use crate::authn::Identity;
-use crate::request_info::{RequestInfo, RequestKind};
 use apigw_core::body::{self, Body, BoxError};
 use apigw_core::errors::Status;
+use apigw_request::Identity;
+use apigw_request::{RequestInfo, RequestKind};
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;

@@ -5,7 +5,7 @@
 //! `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` and the `X-Forwarded-*` trio. Hop-by-hop
 //! headers are dropped as any proxy must (RFC 9110 §7.6.1), except an upgrade's own.
 
-use crate::authn::{Identity, IdentityHeaders};
+use apigw_request::{Identity, IdentityHeaders};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 

@@ -20,12 +20,12 @@ pub(crate) use headers::{decimal, dotted};
 pub use headers::{escape_extra_key, remove_hop_by_hop, sent_names, set_identity, Forwarded};
 pub use pool::{PoolError, STREAMS_PER_CONN};
 
-use crate::authn::Identity;
 use crate::registry::ApiService;
 use apigw_core::body;
 use apigw_core::errors::Status;
 use apigw_core::reload::{Reload, Watched};
 use apigw_core::tls::{backend_client_config, ProxyClientCert, Trust};
+use apigw_request::Identity;
 use arc_swap::ArcSwap;
 use http::{header, HeaderValue, Request, StatusCode};
 use rustls::pki_types::CertificateDer;
@@ -131,7 +131,7 @@ pub struct Proxy {
     /// Backends by APIService name; APIServices naming the same service share one.
     backends: RwLock<HashMap<String, Arc<Backend>>>,
     /// The identity headers stripped from every request (shared with authentication).
-    identity_headers: Arc<crate::authn::IdentityHeaders>,
+    identity_headers: Arc<apigw_request::IdentityHeaders>,
     metrics: Arc<crate::metrics::Metrics>,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
@@ -147,7 +147,7 @@ pub struct ProxySettings {
     pub delegate: Option<DelegateSettings>,
     /// The identity-header policy authentication reads with; what it names is stripped
     /// from every request.
-    pub identity_headers: Arc<crate::authn::IdentityHeaders>,
+    pub identity_headers: Arc<apigw_request::IdentityHeaders>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
     pub closing: tokio_util::sync::CancellationToken,
@@ -462,7 +462,7 @@ impl Backend {
                     set_identity(
                         req.headers_mut(),
                         &fwd,
-                        &crate::authn::IdentityHeaders::default(),
+                        &apigw_request::IdentityHeaders::default(),
                     );
                     req.headers_mut().remove("x-forwarded-for");
                 }

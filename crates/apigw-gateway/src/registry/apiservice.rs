@@ -5,6 +5,7 @@
 
 use super::Backend;
 use apigw_core::names::{dns1035_label, dns1123_label, dns1123_subdomain};
+use apigw_request::Policy;
 use base64::Engine;
 use serde_json::Value;
 
@@ -37,64 +38,43 @@ pub const REQUEST_TIMEOUT: &str = "apigw.dev/request-timeout";
 /// APIService are long-running: comma-separated names (`console,logs`).
 pub const LONG_RUNNING_SUBRESOURCES: &str = "apigw.dev/long-running-subresources";
 
-/// How the gateway treats an APIService's requests, beyond `--request-timeout` and kube's
-/// long-running requests (watches, upgrades, exec, attach, portforward, proxy, followed logs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Policy {
-    /// Bounds its requests that are not long-running instead of `--request-timeout`.
-    pub request_timeout: Option<std::time::Duration>,
-    /// Subresources whose requests are long-running too: no timeout, no in-flight slot.
-    pub long_running_subresources: Vec<String>,
-}
-
-impl Policy {
-    /// Reads the policy annotations of `object`.
-    fn from_annotations(object: &Value, p: &mut Problems) -> Self {
-        let field = |key: &str| format!("metadata.annotations[{key}]");
-        let annotation = |key: &str| {
-            object
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(key))
-        };
-        let mut policy = Self::default();
-        match annotation(REQUEST_TIMEOUT) {
-            None => {}
-            Some(Value::String(text)) => match apigw_core::duration::parse_duration(text.trim()) {
-                Ok(d) if !d.is_zero() => policy.request_timeout = Some(d),
-                Ok(_) => p.add(&field(REQUEST_TIMEOUT), "must be longer than 0s"),
-                Err(e) => p.add(&field(REQUEST_TIMEOUT), e),
-            },
-            Some(other) => p.add(
-                &field(REQUEST_TIMEOUT),
-                format!("must be a string, not {other}"),
-            ),
-        }
-        match annotation(LONG_RUNNING_SUBRESOURCES) {
-            None => {}
-            Some(Value::String(list)) => {
-                for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                    match dns1123_label(name) {
-                        Ok(()) => policy.long_running_subresources.push(name.to_string()),
-                        Err(e) => p.add(&field(LONG_RUNNING_SUBRESOURCES), e.to_string()),
-                    }
+/// Reads the [`Policy`] annotations of `object`.
+fn policy_from_annotations(object: &Value, p: &mut Problems) -> Policy {
+    let field = |key: &str| format!("metadata.annotations[{key}]");
+    let annotation = |key: &str| {
+        object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+    };
+    let mut policy = Policy::default();
+    match annotation(REQUEST_TIMEOUT) {
+        None => {}
+        Some(Value::String(text)) => match apigw_core::duration::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => policy.request_timeout = Some(d),
+            Ok(_) => p.add(&field(REQUEST_TIMEOUT), "must be longer than 0s"),
+            Err(e) => p.add(&field(REQUEST_TIMEOUT), e),
+        },
+        Some(other) => p.add(
+            &field(REQUEST_TIMEOUT),
+            format!("must be a string, not {other}"),
+        ),
+    }
+    match annotation(LONG_RUNNING_SUBRESOURCES) {
+        None => {}
+        Some(Value::String(list)) => {
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                match dns1123_label(name) {
+                    Ok(()) => policy.long_running_subresources.push(name.to_string()),
+                    Err(e) => p.add(&field(LONG_RUNNING_SUBRESOURCES), e.to_string()),
                 }
             }
-            Some(other) => p.add(
-                &field(LONG_RUNNING_SUBRESOURCES),
-                format!("must be a string, not {other}"),
-            ),
         }
-        policy
+        Some(other) => p.add(
+            &field(LONG_RUNNING_SUBRESOURCES),
+            format!("must be a string, not {other}"),
+        ),
     }
-
-    /// Whether a request for `subresource` is long-running by this policy.
-    pub fn long_running(&self, subresource: &str) -> bool {
-        !subresource.is_empty()
-            && self
-                .long_running_subresources
-                .iter()
-                .any(|s| s == subresource)
-    }
+    policy
 }
 
 /// Where a non-local APIService is served.
@@ -227,7 +207,7 @@ impl ApiService {
             1..=1000,
             "must be positive and less than 1000",
         );
-        let policy = Policy::from_annotations(&object, &mut p);
+        let policy = policy_from_annotations(&object, &mut p);
 
         if name.is_empty() {
             p.add("metadata.name", "Required value");

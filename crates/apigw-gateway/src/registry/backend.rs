@@ -7,8 +7,9 @@
 //! decided from their discovery by the availability controller.
 
 use super::apiservice::{default_port, Problems, Target};
-use super::{ApiService, FieldError, Policy};
+use super::{ApiService, FieldError};
 use apigw_core::names::{dns1035_label, dns1123_subdomain};
+use apigw_request::Policy;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! and the last good registry stays in force.
 
 use super::{attach, ApiService, Backend, Registry, Snapshot, BACKEND_KIND};
+use apigw_core::yaml::manifest_files;
 use notify::{RecursiveMode, Watcher};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -35,15 +36,6 @@ impl std::fmt::Display for ManifestError {
     }
 }
 
-fn is_manifest(path: &Path) -> bool {
-    let hidden = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    !hidden && matches!(ext, "yaml" | "yml" | "json")
-}
-
 /// How long a manifest file that became empty keeps its last good content. Writers that
 /// rewrite a file in place (shell `>` redirection, editors and tools that open with `O_TRUNC`)
 /// leave it empty until they have written the new content, often for hundreds of
@@ -51,17 +43,6 @@ fn is_manifest(path: &Path) -> bool {
 /// back. Two seconds covers a slow writer while a file emptied on purpose still takes effect
 /// within seconds. A deleted file is not held: its APIServices go at once.
 pub const EMPTIED_FILE_SETTLE: Duration = Duration::from_secs(2);
-
-/// The manifest files in `dir`: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted. What the
-/// registry, the doctor and the flow-control configuration read from a directory.
-pub fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_manifest(p) && p.is_file())
-        .collect();
-    files.sort();
-    Ok(files)
-}
 
 /// The [`manifest_files`] of `dir`, each with its text or the error reading it.
 fn read_files(dir: &Path) -> Result<Vec<(PathBuf, std::io::Result<String>)>, Vec<ManifestError>> {

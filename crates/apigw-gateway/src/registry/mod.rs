@@ -9,13 +9,14 @@ mod backend;
 mod manifests;
 
 pub use apigw_core::names::{dns1123_subdomain, InvalidName};
+pub use apigw_request::Policy;
 pub use apiservice::{
-    ApiService, FieldError, Policy, ServiceRef, LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
+    ApiService, FieldError, ServiceRef, LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
 };
 pub use backend::{
     attach, Backend, Orphan, API_VERSION as BACKEND_API_VERSION, KIND as BACKEND_KIND,
 };
-pub use manifests::{load_dir, manifest_files, parse_manifest, watch_dir, Manifest, ManifestError};
+pub use manifests::{load_dir, parse_manifest, watch_dir, Manifest, ManifestError};
 
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;

@@ -3,8 +3,8 @@
 
 use super::config::{IssuerSettings, Mapping, PrefixedClaim, Rule};
 use super::Reason;
-use crate::authn::Identity;
 use crate::expr;
+use apigw_request::Identity;
 use serde_json::{Map, Value};
 
 /// Allowed clock skew for `nbf`, as go-oidc (which kube uses) allows; `exp` gets none.

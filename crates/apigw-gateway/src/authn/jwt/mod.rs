@@ -16,7 +16,7 @@ pub use config::{
 };
 pub use keys::{FetchError, FetchTiming, IssuerKeys, KeySet};
 
-use crate::authn::Identity;
+use apigw_request::Identity;
 use base64::Engine;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};

@@ -7,8 +7,8 @@
 //! [`Lease`] a request in flight holds on its endpoint and connection.
 
 use super::STREAMS_PER_CONN;
-use crate::request_info::RequestKind;
 use apigw_core::body::Body;
+use apigw_request::RequestKind;
 use hyper::client::conn::{http1, http2};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};

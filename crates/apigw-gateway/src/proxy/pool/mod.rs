@@ -15,9 +15,9 @@ mod replay;
 pub use body::PooledBody;
 
 use super::connector::{dial, ConnectError, Resolver};
-use crate::request_info::RequestKind;
 use apigw_core::body::Body;
 use apigw_core::errors::chain;
+use apigw_request::RequestKind;
 use arc_swap::ArcSwap;
 use endpoint::{lock, long_running, pick, Conn, Endpoint, H2Conn, Lease};
 use http::uri::{Authority, PathAndQuery, Scheme};

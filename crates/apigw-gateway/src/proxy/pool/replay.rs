@@ -2,8 +2,8 @@
 //! request's head ([`Replay`]), and the failures that allow it (a connection closed or reset
 //! before any answer, an HTTP/2 stream refused or left out of a `GOAWAY`).
 
-use crate::request_info::RequestKind;
 use apigw_core::body::Body;
+use apigw_request::RequestKind;
 use http::{Method, Request, Uri};
 
 /// The head of a request that may be sent again when its first try was not processed:

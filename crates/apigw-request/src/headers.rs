@@ -1,10 +1,10 @@
 //! The identity-header policy: which request headers carry an identity. Built once from the
-//! `--requestheader-*` settings and shared: authentication reads a trusted front proxy's
+//! `--requestheader-*` settings (`apigw_authn::AuthnSettings::identity_headers`) and shared: authentication reads a trusted front proxy's
 //! identity with it ([`IdentityHeaders::identity`]), and the proxy strips, with the same
 //! policy, every header a client could use to speak for someone else
 //! ([`IdentityHeaders::is_identity`]) before it sets the gateway's own.
 
-use super::Identity;
+use crate::Identity;
 use http::{HeaderMap, HeaderName};
 
 /// The configured front-proxy header names and prefixes, and the standard identity headers.
@@ -42,13 +42,6 @@ impl IdentityHeaders {
             strip_names: normalised(users.iter().chain(groups)),
             strip_prefixes: normalised(extra_prefixes),
         }
-    }
-
-    /// The policy of the front-proxy settings; without them, the standard headers only.
-    pub fn of(settings: Option<&super::RequestHeaderSettings>) -> Self {
-        settings.map_or_else(Self::default, |rh| {
-            Self::new(&rh.username_headers, &rh.group_headers, &rh.extra_prefixes)
-        })
     }
 
     /// The identity a front proxy put in `headers`, or None when no username header has a
@@ -142,20 +135,6 @@ mod tests {
         assert_eq!(id.groups, vec!["a", "b"]);
         assert_eq!(id.extra["scopes"], vec!["s1", "s2"]);
         assert_eq!(id.extra["example.com/team"], vec!["t"]);
-    }
-
-    #[test]
-    fn built_from_the_settings_or_none() {
-        let settings = crate::authn::RequestHeaderSettings::new("ca.crt".into());
-        let mut h = HeaderMap::new();
-        h.insert("x-remote-user", "alice".parse().unwrap());
-        h.insert("x-remote-extra-k", "v".parse().unwrap());
-        let id = IdentityHeaders::of(Some(&settings)).identity(&h).unwrap();
-        assert_eq!(
-            (id.user.as_str(), &id.extra["k"]),
-            ("alice", &vec!["v".to_string()])
-        );
-        assert!(IdentityHeaders::of(None).identity(&h).is_none());
     }
 
     #[test]

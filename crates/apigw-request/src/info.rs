@@ -7,8 +7,7 @@
 //! cannot make a request long-running. The APIService a request goes to may set its own timeout
 //! and long-running subresources ([`Policy`]).
 
-use crate::authz::Attributes;
-use crate::registry::Policy;
+use crate::{Attributes, Policy};
 use http::{header, HeaderValue, Request, Version};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

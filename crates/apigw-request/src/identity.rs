@@ -1,0 +1,54 @@
+//! Who is asking, once authenticated: the [`Identity`] every later stage reads (authorization,
+//! flow control, audit, the proxy's `X-Remote-*` headers), and kube's well-known user and
+//! group names.
+
+use std::collections::BTreeMap;
+
+/// The group every authenticated user belongs to.
+pub const AUTHENTICATED: &str = "system:authenticated";
+/// The user and group of requests without credentials when anonymous auth is on.
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+
+/// The group of requests without credentials when anonymous auth is on.
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+
+/// An authenticated user, as forwarded to backends in `X-Remote-*` headers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Identity {
+    pub user: String,
+    pub uid: Option<String>,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl Identity {
+    pub fn new(user: impl Into<String>, groups: Vec<String>) -> Self {
+        Self {
+            user: user.into(),
+            groups,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `system:authenticated` unless present (or the user is anonymous), as kube does.
+    pub fn authenticated(mut self) -> Self {
+        if !self.groups.iter().any(|g| g == AUTHENTICATED) {
+            self.groups.push(AUTHENTICATED.to_string());
+        }
+        self
+    }
+
+    /// A copy with `system:authenticated`, its groups allocated once (every request of a
+    /// certificate-authenticated connection makes one).
+    pub fn authenticated_clone(&self) -> Self {
+        let mut groups = Vec::with_capacity(self.groups.len() + 1);
+        groups.extend(self.groups.iter().cloned());
+        Self {
+            user: self.user.clone(),
+            uid: self.uid.clone(),
+            groups,
+            extra: self.extra.clone(),
+        }
+        .authenticated()
+    }
+}
