@@ -5,20 +5,20 @@
 
 mod apiservices;
 pub mod audit;
-pub mod authn;
-pub mod authz;
+pub use apigw_authn as authn;
+pub use apigw_authz as authz;
 pub mod availability;
 pub mod cluster;
 pub mod config;
 pub mod discovery;
-pub mod expr;
-pub mod flowcontrol;
+pub use apigw_expr as expr;
+pub use apigw_flowcontrol as flowcontrol;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
 mod metrics;
 pub mod proxy;
-pub mod registry;
+pub use apigw_registry as registry;
 
 #[cfg(test)]
 mod tests {

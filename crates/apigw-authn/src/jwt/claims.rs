@@ -3,7 +3,7 @@
 
 use super::config::{IssuerSettings, Mapping, PrefixedClaim, Rule};
 use super::Reason;
-use crate::expr;
+use apigw_expr as expr;
 use apigw_request::Identity;
 use serde_json::{Map, Value};
 

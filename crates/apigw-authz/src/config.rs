@@ -7,8 +7,8 @@
 
 use super::settings::LinkSettings;
 use super::webhook::{Connection, FailurePolicy, ReviewVersion, WebhookSettings};
-use crate::expr::Expression;
 use apigw_core::duration::parse_duration;
+use apigw_expr::Expression;
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -645,7 +645,7 @@ mod tests {
 
 #[cfg(test)]
 mod reload_tests {
-    use crate::authz::{AuthzSettings, LinkSettings, Verdict};
+    use crate::{AuthzSettings, LinkSettings, Verdict};
     use apigw_core::reload::Reload;
     use apigw_request::Attributes;
     use apigw_request::Identity;

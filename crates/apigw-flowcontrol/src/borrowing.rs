@@ -225,7 +225,7 @@ fn allocate(total: f64, items: &[Item]) -> Option<(Vec<f64>, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flowcontrol::config::{bootstrap_levels, LevelKind};
+    use crate::config::{bootstrap_levels, LevelKind};
 
     fn bootstrap(total: usize) -> Vec<(String, Adjusting)> {
         let levels = bootstrap_levels();

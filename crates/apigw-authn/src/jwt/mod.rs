@@ -10,7 +10,7 @@ mod keys;
 #[cfg(test)]
 mod tests;
 
-pub use crate::expr::Expression;
+pub use apigw_expr::Expression;
 pub use config::{
     AuthenticationConfiguration, ConfigError, IssuerSettings, Mapping, PrefixedClaim, Problem, Rule,
 };
@@ -110,7 +110,7 @@ struct Issuer {
 pub struct JwtAuthenticator {
     issuers: Vec<Issuer>,
     /// The file's `anonymous`, when it has one.
-    anonymous: Option<crate::authn::Anonymous>,
+    anonymous: Option<crate::Anonymous>,
 }
 
 impl fmt::Debug for JwtAuthenticator {
@@ -132,7 +132,7 @@ impl JwtAuthenticator {
     }
 
     /// The file's `anonymous`: where requests without credentials are anonymous.
-    pub fn anonymous(&self) -> Option<&crate::authn::Anonymous> {
+    pub fn anonymous(&self) -> Option<&crate::Anonymous> {
         self.anonymous.as_ref()
     }
 

@@ -2,8 +2,8 @@
 //! read from YAML or JSON, and its validation into [`IssuerSettings`], one per `jwt` entry.
 //! Errors name the field path the way kube-apiserver does (`jwt[0].issuer.url: ...`).
 
-use crate::expr::Expression;
 use apigw_core::tls::TlsError;
+use apigw_expr::Expression;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -228,8 +228,8 @@ impl AuthenticationConfiguration {
 
     /// What `anonymous` says, when the file has it: off, everywhere, or only at the listed
     /// paths (matched exactly).
-    pub fn anonymous_settings(&self) -> Option<crate::authn::Anonymous> {
-        use crate::authn::Anonymous;
+    pub fn anonymous_settings(&self) -> Option<crate::Anonymous> {
+        use crate::Anonymous;
         let a = self.anonymous.as_ref()?;
         Some(match (a.enabled, a.conditions.is_empty()) {
             (false, _) => Anonymous::Off,

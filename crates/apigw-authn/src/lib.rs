@@ -9,6 +9,8 @@
 //! ([`IdentityHeaders`]).
 
 mod attempts;
+#[doc(hidden)]
+pub mod fuzzing;
 mod remote;
 mod settings;
 pub use attempts::Attempts;

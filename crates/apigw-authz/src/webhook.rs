@@ -8,10 +8,10 @@
 //! sent).
 
 use super::Verdict;
-use crate::expr::{self, Expression};
 use apigw_core::body::BoxError;
 use apigw_core::cache::{digest, TtlCache};
 use apigw_core::BoxFuture;
+use apigw_expr::{self as expr, Expression};
 use apigw_request::Attributes;
 use apigw_request::Identity;
 use serde_json::{json, Map, Value};
@@ -491,7 +491,7 @@ impl AccessReview for KubeSender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::{Authorizer, LinkSettings};
+    use crate::{Authorizer, LinkSettings};
     use http::{HeaderMap, Method, StatusCode};
     use std::sync::Mutex;
 
@@ -786,7 +786,7 @@ mod tests {
         assert_eq!(eve.status.code(), StatusCode::FORBIDDEN);
         assert_eq!(
             eve.status.message(),
-            crate::authz::forbidden_message(&reader("eve"), &create)
+            crate::forbidden_message(&reader("eve"), &create)
         );
     }
 

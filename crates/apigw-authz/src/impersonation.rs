@@ -420,8 +420,8 @@ async fn allowed(authz: &Authorizer, real: &Identity, a: &Attributes) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authz::rbac::Policy;
-    use crate::authz::AuthzMode;
+    use crate::rbac::Policy;
+    use crate::AuthzMode;
 
     const POLICY: &str = r#"
 kind: ClusterRole
