@@ -7,6 +7,7 @@
 pub mod body;
 pub mod cache;
 pub mod certs;
+pub mod digits;
 pub mod duration;
 pub mod errors;
 pub mod families;

@@ -264,6 +264,27 @@ fn into_value(node: Spanned<Node>, text: &str, path: &mut String) -> Result<Valu
     })
 }
 
+/// Whether `path` names a manifest file: `*.yaml`, `*.yml` or `*.json`, not hidden.
+fn is_manifest(path: &std::path::Path) -> bool {
+    let hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_none_or(|n| n.starts_with('.'));
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    !hidden && matches!(ext, "yaml" | "yml" | "json")
+}
+
+/// The manifest files in `dir`: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted. What the
+/// registry, the doctor and the flow-control configuration read from a directory.
+pub fn manifest_files(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_manifest(p) && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,25 +414,4 @@ mod tests {
         assert!(text.contains(&format!("data: {long}\n")), "{text}");
         assert_eq!(value(&text).expect("read back"), doc);
     }
-}
-
-/// Whether `path` names a manifest file: `*.yaml`, `*.yml` or `*.json`, not hidden.
-fn is_manifest(path: &std::path::Path) -> bool {
-    let hidden = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_none_or(|n| n.starts_with('.'));
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    !hidden && matches!(ext, "yaml" | "yml" | "json")
-}
-
-/// The manifest files in `dir`: `*.yaml`, `*.yml`, `*.json`, not hidden, sorted. What the
-/// registry, the doctor and the flow-control configuration read from a directory.
-pub fn manifest_files(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_manifest(p) && p.is_file())
-        .collect();
-    files.sort();
-    Ok(files)
 }

@@ -3,21 +3,20 @@
 //! connections and forwarding; cluster mode; metrics; the audit log; and the request pipeline
 //! tying them together (`gateway`). Built on `apigw-core`.
 
-mod apiservices;
 pub mod audit;
 pub use apigw_authn as authn;
 pub use apigw_authz as authz;
-pub mod availability;
+pub use apigw_availability as availability;
 pub mod cluster;
 pub mod config;
-pub mod discovery;
+pub use apigw_discovery as discovery;
 pub use apigw_expr as expr;
 pub use apigw_flowcontrol as flowcontrol;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
 mod metrics;
-pub mod proxy;
+pub use apigw_proxy as proxy;
 pub use apigw_registry as registry;
 
 #[cfg(test)]

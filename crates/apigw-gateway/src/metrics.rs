@@ -15,12 +15,11 @@
 //! - the standard `process_*` metrics (Linux), and the live tasks of the gateway's tokio
 //!   runtimes (read at each scrape; the soak watches it for leaks).
 
-use apigw_core::families::{counter, gauge};
+use apigw_core::families::{code_label, counter, gauge, latency};
 use apigw_request::Attributes;
 use http::{HeaderMap, Method};
 use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    GaugeVec, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// The labels of the request counter (the histogram has all but `code`).
@@ -34,14 +33,6 @@ const REQUEST_LABELS: [&str; 7] = [
     "code",
 ];
 
-/// kube-apiserver's `apiserver_request_duration_seconds` buckets, with finer ones below 5 ms
-/// (the gateway's own answers and fast backends): quantiles stay meaningful for both, and
-/// SLO queries on kube's bucket bounds (`le="1"`, `le="5"`, `le="30"`) work unchanged.
-const REQUEST_BUCKETS: [f64; 27] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0,
-    3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
-];
-
 /// Every metric family of the gateway.
 pub struct Metrics {
     registry: Registry,
@@ -53,16 +44,10 @@ pub struct Metrics {
     in_flight: IntGaugeVec,
     /// Its two series, looked up once (on first use, so a scrape shows the same as before).
     in_flight_kinds: [std::sync::OnceLock<IntGauge>; 2],
-    /// apiservice, kind (`unreachable`, `timeout`)
-    pub backend_errors: IntCounterVec,
-    /// apiservice, code
-    backend_latency: HistogramVec,
-    /// apiservice, reason (`unsent`, `replayed`)
-    backend_retries: IntCounterVec,
-    /// name
-    pub unavailable: IntGaugeVec,
-    /// name, reason
-    pub unavailable_total: IntCounterVec,
+    /// The proxy's: backend failures, latency and retries by APIService.
+    pub backends: crate::proxy::BackendMetrics,
+    /// The availability controller's, with kube-aggregator's names.
+    pub availability: crate::availability::AvailabilityMetrics,
     /// cert (`serving`, `proxy-client`)
     pub cert_expiry: GaugeVec,
     /// authenticator, result
@@ -71,14 +56,6 @@ pub struct Metrics {
     pub flowcontrol: crate::flowcontrol::FlowMetrics,
     /// Tasks alive in the gateway's runtimes (the shared one and the workers').
     runtime_tasks: IntGauge,
-}
-
-// The names and labels below are constants; registering them cannot fail.
-fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    let opts = HistogramOpts::new(name, help).buckets(REQUEST_BUCKETS.to_vec());
-    let m = HistogramVec::new(opts, labels).expect("valid metric");
-    r.register(Box::new(m.clone())).expect("unique metric");
-    m
 }
 
 impl Default for Metrics {
@@ -91,7 +68,7 @@ impl Default for Metrics {
              labelled as kube-apiserver's apiserver_request_total.",
             &REQUEST_LABELS,
         );
-        let latency = histogram(
+        let latency = latency(
             &r,
             "apigw_request_duration_seconds",
             "Time to the response head by verb, API group, version, resource, subresource and \
@@ -104,39 +81,8 @@ impl Default for Metrics {
             "Requests being served, long-running (watch, upgrade) or short.",
             &["kind"],
         );
-        let backend_errors = counter(
-            &r,
-            "apigw_backend_errors_total",
-            "Failures to reach or verify a backend, by APIService and kind.",
-            &["apiservice", "kind"],
-        );
-        let backend_retries = counter(
-            &r,
-            "apigw_backend_retries_total",
-            "Further tries of requests to a backend, by APIService and reason: unsent (another \
-             endpoint or connection, nothing of the request having been sent) or replayed (an \
-             idempotent request sent again after its connection ended before any answer).",
-            &["apiservice", "reason"],
-        );
-        let backend_latency = histogram(
-            &r,
-            "apigw_backend_request_duration_seconds",
-            "Time from sending a request to a backend to its response head, by APIService and \
-             the backend's HTTP code.",
-            &["apiservice", "code"],
-        );
-        let unavailable = gauge(
-            &r,
-            "aggregator_unavailable_apiservice",
-            "Gauge of APIServices which are marked as unavailable broken down by APIService name.",
-            &["name"],
-        );
-        let unavailable_total = counter(
-            &r,
-            "aggregator_unavailable_apiservice_total",
-            "Counter of APIServices which are marked as unavailable broken down by APIService name and reason.",
-            &["name", "reason"],
-        );
+        let backends = crate::proxy::BackendMetrics::register(&r);
+        let availability = crate::availability::AvailabilityMetrics::register(&r, backends.clone());
         let flowcontrol = crate::flowcontrol::FlowMetrics::register(&r);
         let authn_attempts = counter(
             &r,
@@ -176,11 +122,8 @@ impl Default for Metrics {
             latency,
             in_flight,
             in_flight_kinds: Default::default(),
-            backend_errors,
-            backend_latency,
-            backend_retries,
-            unavailable,
-            unavailable_total,
+            backends,
+            availability,
             cert_expiry,
             authn_attempts,
             flowcontrol,
@@ -214,25 +157,6 @@ impl Metrics {
         }
     }
 
-    /// Observes a backend's time to its response head.
-    pub fn backend(&self, apiservice: &str, code: u16, seconds: f64) {
-        self.backend_latency
-            .with_label_values(&[apiservice, &code_label(code)])
-            .observe(seconds);
-    }
-
-    /// Counts the further tries one request to `apiservice` took: `unsent` on another endpoint
-    /// or connection, `replayed` after no answer.
-    pub fn retried(&self, apiservice: &str, unsent: u32, replayed: u32) {
-        for (reason, n) in [("unsent", unsent), ("replayed", replayed)] {
-            if n > 0 {
-                self.backend_retries
-                    .with_label_values(&[apiservice, reason])
-                    .inc_by(u64::from(n));
-            }
-        }
-    }
-
     /// The text exposition of every family.
     pub fn render(&self) -> String {
         let tasks = apigw_core::server::workers::alive_tasks();
@@ -241,50 +165,6 @@ impl Metrics {
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# encoding metrics failed: {e}\n"))
-    }
-
-    /// Records an APIService's availability; `newly_unavailable` carries the reason when it
-    /// just became unavailable.
-    pub fn set_available(&self, name: &str, available: bool, newly_unavailable: Option<&str>) {
-        self.unavailable
-            .with_label_values(&[name])
-            .set(i64::from(!available));
-        if let Some(reason) = newly_unavailable {
-            self.unavailable_total
-                .with_label_values(&[name, reason])
-                .inc();
-        }
-    }
-
-    /// Forgets an APIService that left the registry: its availability gauge and its backend
-    /// latency series.
-    pub fn forget(&self, name: &str) {
-        let _ = self.unavailable.remove_label_values(&[name]);
-        let family = prometheus::core::Collector::collect(&self.backend_latency);
-        for metric in family.iter().flat_map(|f| f.get_metric()) {
-            let label = |key: &str| {
-                metric
-                    .get_label()
-                    .iter()
-                    .find(|l| l.name() == key)
-                    .map(|l| l.value().to_string())
-            };
-            if label("apiservice").as_deref() == Some(name) {
-                if let Some(code) = label("code") {
-                    let _ = self.backend_latency.remove_label_values(&[name, &code]);
-                }
-            }
-        }
-    }
-}
-
-/// A status code as a label: its three digits (anything else, which `http` never makes, as
-/// `0`).
-fn code_label(code: u16) -> String {
-    if (100..1000).contains(&code) {
-        code.to_string()
-    } else {
-        "0".to_string()
     }
 }
 
@@ -627,14 +507,15 @@ mod tests {
     #[test]
     fn renders_upstream_names() {
         let m = Metrics::default();
-        m.set_available("v1.a.example.com", false, Some("FailedDiscoveryCheck"));
+        m.availability
+            .set_available("v1.a.example.com", false, Some("FailedDiscoveryCheck"));
         let a = attrs(&Method::GET, "/apis/g/v1/namespaces/n/things");
         let bound = Bound {
             served: true,
             authenticated: true,
         };
         m.request(&RequestLabels::new("LIST", &a, bound, 200), 200, Some(0.01));
-        m.backend("v1.a.example.com", 200, 0.002);
+        m.backends.backend("v1.a.example.com", 200, 0.002);
         let text = m.render();
         assert!(
             text.contains("aggregator_unavailable_apiservice{name=\"v1.a.example.com\"} 1"),
@@ -674,7 +555,7 @@ mod tests {
                 "no {family}:\n{text}"
             );
         }
-        m.forget("v1.a.example.com");
+        m.availability.forget("v1.a.example.com");
         let text = m.render();
         assert!(
             !text.contains("aggregator_unavailable_apiservice{"),

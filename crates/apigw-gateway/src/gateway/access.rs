@@ -14,8 +14,8 @@
 use crate::audit::{Auditor, Outcome};
 use crate::flowcontrol::Ticket;
 use crate::metrics::Metrics;
-use crate::proxy::{decimal, dotted};
 use apigw_core::body::{Body, BoxError};
+use apigw_core::digits::{decimal, dotted};
 use apigw_request::Identity;
 use apigw_request::RequestInfo;
 use bytes::Bytes;

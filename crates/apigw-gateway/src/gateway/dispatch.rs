@@ -7,8 +7,8 @@
 
 use super::route::{FlowDump, Route};
 use super::{reviews, Gateway};
-use crate::apiservices;
 use crate::discovery;
+use crate::discovery::apiservices;
 use crate::registry::ApiService;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, render, Status};

@@ -20,12 +20,12 @@ mod version;
 pub use health::Health;
 pub use pipeline::{GatewayService, ResponseFuture};
 
-use crate::apiservices::ApiServices;
 use crate::authn::{Attempts, Authenticator, CertAuthenticator};
 use crate::authz::Authorizer;
 use crate::availability::{self, Availability};
 use crate::config::Config;
 use crate::discovery;
+use crate::discovery::apiservices::ApiServices;
 use crate::metrics::Metrics;
 use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
 use crate::registry::Registry;
@@ -133,7 +133,7 @@ impl Gateway {
             default_roots,
             delegate,
             identity_headers,
-            metrics: metrics.clone(),
+            metrics: metrics.backends.clone(),
             closing: closing.clone(),
             drop_groups: cfg.proxy.drop_groups.clone(),
             http2_requests: cfg.proxy.http2_requests,
@@ -270,7 +270,7 @@ pub async fn run(
         registry.clone(),
         gateway.proxy.clone(),
         gateway.availability.clone(),
-        gateway.metrics.clone(),
+        gateway.metrics.availability.clone(),
         availability::Settings {
             interval: cfg.availability.interval,
             timeout: cfg.availability.timeout,

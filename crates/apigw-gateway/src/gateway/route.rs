@@ -9,7 +9,7 @@
 //! APIResourceList, so clients that assume the core group go on to `/apis`.
 
 use super::reviews;
-use crate::apiservices::GROUP;
+use crate::discovery::apiservices::GROUP;
 use crate::discovery::{delegate::Known, Doc, Documents};
 use crate::registry::{ApiService, Snapshot};
 use std::sync::Arc;

@@ -184,7 +184,7 @@ fn push_ip(out: &mut String, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
             let mut buf = [0u8; 15];
-            let len = dotted(&mut buf, v4);
+            let len = apigw_core::digits::dotted(&mut buf, v4);
             out.extend(buf[..len].iter().copied().map(char::from));
         }
         IpAddr::V6(v6) => {
@@ -192,30 +192,6 @@ fn push_ip(out: &mut String, ip: IpAddr) {
             let _ = write!(out, "{v6}");
         }
     }
-}
-
-/// Writes `ip` in dotted decimal, as its `Display` does, at the start of `out` (15 bytes are
-/// always enough); returns the bytes written. Shared with the access log's client address.
-pub(crate) fn dotted(out: &mut [u8], ip: std::net::Ipv4Addr) -> usize {
-    let mut at = 0;
-    for (i, octet) in ip.octets().into_iter().enumerate() {
-        if i > 0 {
-            out[at] = b'.';
-            at += 1;
-        }
-        at += decimal(&mut out[at..], octet.into());
-    }
-    at
-}
-
-/// Writes `n` in decimal at the start of `out`; returns the digits written.
-pub(crate) fn decimal(out: &mut [u8], mut n: u16) -> usize {
-    let width = n.checked_ilog10().map_or(1, |d| d as usize + 1);
-    for d in out[..width].iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    width
 }
 
 fn append(headers: &mut HeaderMap, name: &HeaderName, value: &str) {

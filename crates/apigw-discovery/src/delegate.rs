@@ -14,10 +14,10 @@
 
 use super::aggregated;
 use super::{Builtin, Doc, JSON};
-use crate::availability::{Condition, State};
-use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
-use crate::proxy::{Backend, FetchError};
-use crate::registry::ApiService;
+use apigw_availability::{Condition, State};
+use apigw_proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
+use apigw_proxy::{Backend, FetchError};
+use apigw_registry::ApiService;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use serde_json::{json, Value};

@@ -4,11 +4,11 @@
 //! controller's `Available` condition. A task turns registry and availability changes into
 //! watch events with increasing resourceVersions.
 
-use crate::availability::{Availability, State};
-use crate::registry::{ApiService, Registry};
+use apigw_availability::{Availability, State};
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, Status};
 use apigw_core::meta;
+use apigw_registry::{ApiService, Registry};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body::Frame;

@@ -4,22 +4,24 @@
 //! client certificate. Keeps the `Available` condition (upstream reasons `Local`, `Passed`,
 //! `ServiceNotFound`, `FailedDiscoveryCheck`) and the last good APIResourceList. After a
 //! passed check it also asks the backend for its aggregated discovery (`/apis`, once per
-//! backend and round, with `If-None-Match`; see [`crate::proxy::fetch`]) and keeps this
+//! backend and round, with `If-None-Match`; see [`apigw_proxy::fetch`]) and keeps this
 //! APIService's version entry from it. Discovery serves the entry, else the converted
 //! APIResourceList (as `Stale` while the backend is down).
 //! An APIService with APIServiceBackends has each backend checked so, and its state made of
 //! theirs ([`members`]).
 
 mod members;
+mod metrics;
 mod settings;
 pub use members::{resource_key, Member, Members};
+pub use metrics::AvailabilityMetrics;
 
-use crate::metrics::Metrics;
-use crate::proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
-use crate::proxy::Proxy;
-use crate::registry::{ApiService, Registry};
+use apigw_proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
+use apigw_proxy::Proxy;
+use apigw_registry::{ApiService, Registry};
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
+use metrics::AvailabilityMetrics as Metrics;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -119,14 +121,14 @@ impl Default for Settings {
 /// At most this many checks run at once.
 const CONCURRENCY: usize = 32;
 /// Discovery documents bigger than this are refused.
-const MAX_DISCOVERY_BYTES: usize = crate::proxy::fetch::MAX_BYTES;
+const MAX_DISCOVERY_BYTES: usize = apigw_proxy::fetch::MAX_BYTES;
 
 /// Runs the controller until the registry is dropped.
 pub fn spawn(
     registry: Arc<Registry>,
     proxy: Arc<Proxy>,
     availability: Arc<Availability>,
-    metrics: Arc<Metrics>,
+    metrics: Metrics,
     settings: Settings,
 ) {
     tokio::spawn(async move {
@@ -393,7 +395,7 @@ enum EntryError {
     #[error(transparent)]
     Backend(#[from] apigw_core::errors::Status),
     #[error(transparent)]
-    Fetch(#[from] crate::proxy::FetchError),
+    Fetch(#[from] apigw_proxy::FetchError),
 }
 
 /// This APIService's version entry in its backend's aggregated `/apis`; None when the backend

@@ -1,5 +1,5 @@
 //! One group version served by several backends: an APIService's own service and its
-//! APIServiceBackends ([`crate::registry::Backend`]). Each backend is checked on its own as any
+//! APIServiceBackends ([`apigw_registry::Backend`]). Each backend is checked on its own as any
 //! APIService is; [`Members`] is what their checks make together, decided once per check:
 //!
 //! - **which backend serves each resource**: of the backends in routing order (priority, the
@@ -13,7 +13,7 @@
 //!   resources only; its last good resources stay listed.
 
 use super::{Condition, State};
-use crate::registry::{ApiService, Backend};
+use apigw_registry::{ApiService, Backend};
 use apigw_request::Attributes;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -298,7 +298,7 @@ const CUSTOM_METRICS: &str = "custom.metrics.k8s.io";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{attach, Backend};
+    use apigw_registry::{attach, Backend};
     use http::Method;
 
     fn svc(backends: &[(&str, i32, &[&str])]) -> Arc<ApiService> {

@@ -7,16 +7,17 @@
 //! strong ETag, and served with content negotiation on `Accept` as kube-apiserver does it.
 
 pub mod aggregated;
+pub mod apiservices;
 pub mod delegate;
 pub mod openapi;
 pub mod order;
 pub mod render;
 
-use crate::availability::State;
-use crate::registry::{ApiService, Snapshot};
+use apigw_availability::State;
 use apigw_core::body::{empty, full, Body};
 use apigw_core::errors::Status;
 use apigw_core::meta;
+use apigw_registry::{ApiService, Snapshot};
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -32,7 +33,8 @@ pub struct Doc {
     pub content_type: &'static str,
 }
 
-pub(crate) const JSON: &str = "application/json";
+/// The content type of the unaggregated discovery documents.
+pub const JSON: &str = "application/json";
 pub(crate) const V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 impl Doc {
@@ -113,7 +115,7 @@ pub struct Builtin {
 impl Builtin {
     /// A built-in group version serving the resources of `list` (an APIResourceList).
     pub fn new(svc: Arc<ApiService>, list: Value) -> Self {
-        let condition = crate::availability::Condition {
+        let condition = apigw_availability::Condition {
             available: true,
             reason: "Local",
             message: "served by the gateway".into(),
@@ -344,7 +346,7 @@ pub fn respond<B>(req: &Request<B>, doc: &Doc) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Registry;
+    use apigw_registry::Registry;
     use serde_json::json;
 
     fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {

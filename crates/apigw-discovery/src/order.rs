@@ -4,7 +4,7 @@
 //! version order. The first version is the preferred one. Also the order kube-aggregator merges
 //! the APIServices' OpenAPI specs in ([`spec_order`]).
 
-use crate::registry::ApiService;
+use apigw_registry::ApiService;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 

@@ -111,7 +111,7 @@ impl Proxy {
                 if let ForwardError::Unreachable(reason) = &e {
                     tracing::warn!(backend = %backend.key.host, error = %reason, "backend unreachable");
                     self.metrics
-                        .backend_errors
+                        .errors
                         .with_label_values(&[name, "unreachable"])
                         .inc();
                 }

@@ -5,7 +5,7 @@
 //! a path already merged is skipped, a definition or parameter of the same name but another
 //! shape is renamed `<name>_v2` (then `_v3`, ...) with the references to it, and equal
 //! definitions merge their `x-kubernetes-group-version-kind` lists (the order of APIServices is
-//! [`crate::discovery::order::spec_order`]'s). Every top-level field but
+//! [`crate::order::spec_order`]'s). Every top-level field but
 //! paths, definitions and parameters (`info`, `securityDefinitions`...) is the first spec's.
 
 use serde_json::{Map, Value};

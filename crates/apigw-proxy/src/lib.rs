@@ -7,6 +7,7 @@ mod connector;
 pub mod fetch;
 mod forward;
 mod headers;
+mod metrics;
 mod settings;
 pub use settings::{
     parse_https_url, parse_resolve, BackendCas, BackendLoadError, BackendSettings, Delegate,
@@ -16,15 +17,15 @@ mod pool;
 
 pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
 pub use forward::ForwardError;
-pub(crate) use headers::{decimal, dotted};
 pub use headers::{escape_extra_key, remove_hop_by_hop, sent_names, set_identity, Forwarded};
+pub use metrics::BackendMetrics;
 pub use pool::{PoolError, STREAMS_PER_CONN};
 
-use crate::registry::ApiService;
 use apigw_core::body;
 use apigw_core::errors::Status;
 use apigw_core::reload::{Reload, Watched};
 use apigw_core::tls::{backend_client_config, ProxyClientCert, Trust};
+use apigw_registry::ApiService;
 use apigw_request::Identity;
 use arc_swap::ArcSwap;
 use http::{header, HeaderValue, Request, StatusCode};
@@ -132,7 +133,7 @@ pub struct Proxy {
     backends: RwLock<HashMap<String, Arc<Backend>>>,
     /// The identity headers stripped from every request (shared with authentication).
     identity_headers: Arc<apigw_request::IdentityHeaders>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: BackendMetrics,
     closing: tokio_util::sync::CancellationToken,
     drop_groups: Vec<String>,
     http2_requests: bool,
@@ -148,7 +149,7 @@ pub struct ProxySettings {
     /// The identity-header policy authentication reads with; what it names is stripped
     /// from every request.
     pub identity_headers: Arc<apigw_request::IdentityHeaders>,
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: BackendMetrics,
     /// Cancelled when upgraded streams must end (the shutdown grace period is over).
     pub closing: tokio_util::sync::CancellationToken,
     /// Groups never forwarded to backends.

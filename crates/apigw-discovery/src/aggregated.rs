@@ -8,8 +8,8 @@
 //! them into documents.
 
 use super::order::version_order;
-use crate::availability::State;
-use crate::registry::ApiService;
+use apigw_availability::State;
+use apigw_registry::ApiService;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -240,7 +240,7 @@ pub fn apiregistration_item() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::availability::Condition;
+    use apigw_availability::Condition;
     use std::time::SystemTime;
 
     fn svc(group: &str, version: &str, gpm: i64, vp: i64) -> ApiService {

@@ -11,8 +11,8 @@
 use super::aggregated::{self, Member, VersionCache};
 use super::order;
 use super::{Builtin, Doc, Documents, JSON};
-use crate::availability::State;
-use crate::registry::{ApiService, Snapshot};
+use apigw_availability::State;
+use apigw_registry::{ApiService, Snapshot};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -330,7 +330,7 @@ fn entries<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::availability::Condition;
+    use apigw_availability::Condition;
     use std::time::SystemTime;
 
     fn svc(group: &str, version: &str, gpm: i64, local: bool) -> ApiService {

@@ -11,12 +11,12 @@
 //! merged here from each backend's ([`merge_v3_document`]), listed in the index by its own hash.
 
 use super::Doc;
-use crate::availability::Availability;
-use crate::proxy::{Backend, Proxy};
-use crate::registry::{ApiService, Registry};
+use apigw_availability::Availability;
 use apigw_core::body::Body;
 use apigw_core::errors::Status;
 use apigw_core::meta;
+use apigw_proxy::{Backend, Proxy};
+use apigw_registry::{ApiService, Registry};
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
 use http::{HeaderValue, Request, Response};
