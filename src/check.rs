@@ -6,7 +6,7 @@
 //! checks `apigw dev`'s configuration when run where that is (see [`dev_default`]).
 
 use apigw_gateway::config::{check_key_pairs, Checkable, Config, Flags};
-use apigw_gateway::registry::{load_dir, Registry};
+use apigw_registry::{load_dir, Registry};
 use std::process::ExitCode;
 
 /// The configuration `check` and `doctor` use when given no setting at all: `apigw dev`'s
@@ -119,7 +119,7 @@ pub fn check(flags: &Flags) -> ExitCode {
         println!("not checked: {what}");
     }
     if cfg.authz.left_to_backends() {
-        println!("note: {}", apigw_gateway::authz::LEFT_TO_BACKENDS);
+        println!("note: {}", apigw_authz::LEFT_TO_BACKENDS);
     }
     if failed {
         ExitCode::FAILURE
@@ -162,7 +162,7 @@ fn files(cfg: &Config) -> Vec<String> {
 
 /// An APIServiceBackend as `apigw check` prints it: its target, the APIService it serves
 /// beside, its priority and the resources it claims.
-fn backend(b: &apigw_gateway::registry::Backend) -> String {
+fn backend(b: &apigw_registry::Backend) -> String {
     let target = b
         .target
         .service
@@ -174,7 +174,7 @@ fn backend(b: &apigw_gateway::registry::Backend) -> String {
     };
     format!(
         "{} {} -> {target} (beside APIService {}, priority {}{claims})",
-        apigw_gateway::registry::BACKEND_KIND,
+        apigw_registry::BACKEND_KIND,
         b.name,
         b.api_service,
         b.priority

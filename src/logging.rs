@@ -199,15 +199,15 @@ const LOG_TARGETS: &[(&str, &str)] = &[
     ("config", "apigw_gateway::config"),
     ("apiservices", "apigw_gateway::apiservices"),
     ("audit", "apigw_gateway::audit"),
-    ("authn", "apigw_gateway::authn"),
-    ("authz", "apigw_gateway::authz"),
-    ("availability", "apigw_gateway::availability"),
+    ("authn", "apigw_authn"),
+    ("authz", "apigw_authz"),
+    ("availability", "apigw_availability"),
     ("cluster", "apigw_gateway::cluster"),
-    ("discovery", "apigw_gateway::discovery"),
+    ("discovery", "apigw_discovery"),
     ("gateway", "apigw_gateway::gateway"),
     ("metrics", "apigw_gateway::metrics"),
-    ("proxy", "apigw_gateway::proxy"),
-    ("registry", "apigw_gateway::registry"),
+    ("proxy", "apigw_proxy"),
+    ("registry", "apigw_registry"),
     ("request_info", "apigw_gateway::request_info"),
     ("sample", "apigw_sample"),
 ];
@@ -245,7 +245,7 @@ mod directive_tests {
     fn module_directives_follow_their_module_into_its_crate() {
         assert_eq!(
             log_directives("info,apigw::proxy=debug,apigw::tls::reload=trace,apigw::sample=warn"),
-            "info,apigw_gateway::proxy=debug,apigw_core::tls::reload=trace,apigw_sample=warn"
+            "info,apigw_proxy=debug,apigw_core::tls::reload=trace,apigw_sample=warn"
         );
         // The access log's target, the whole crate and anything else stay as written.
         assert_eq!(

@@ -12,7 +12,7 @@
 
 mod common;
 
-use apigw_gateway::registry::{dns1123_subdomain, parse_manifest, ApiService, Backend, Manifest};
+use apigw_registry::{dns1123_subdomain, parse_manifest, ApiService, Backend, Manifest};
 
 libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -10,7 +10,7 @@
 
 mod common;
 
-use apigw_gateway::authn::jwt::AuthenticationConfiguration;
+use apigw_authn::jwt::AuthenticationConfiguration;
 use apigw_gateway::fuzzing::jwt_claims_identity;
 use serde_json::{json, Map, Value};
 

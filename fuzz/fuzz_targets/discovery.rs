@@ -15,10 +15,10 @@
 
 mod common;
 
-use apigw_gateway::availability::{Condition, State};
-use apigw_gateway::discovery::{aggregated, openapi, render::RenderCache};
-use apigw_gateway::proxy::fetch::{parse, Answer};
-use apigw_gateway::registry::{ApiService, Snapshot};
+use apigw_availability::{Condition, State};
+use apigw_discovery::{aggregated, openapi, render::RenderCache};
+use apigw_proxy::fetch::{parse, Answer};
+use apigw_registry::{ApiService, Snapshot};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -87,7 +87,7 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
     let cache = RenderCache::default();
     let first = cache.render(&snapshot, &states, &[], &[], (1, 1, 1));
     let again = cache.render(&snapshot, &states, &[], &[], (1, 1, 2));
-    let docs = |d: &apigw_gateway::discovery::Documents| -> Vec<(String, Vec<u8>)> {
+    let docs = |d: &apigw_discovery::Documents| -> Vec<(String, Vec<u8>)> {
         let mut out: Vec<(String, Vec<u8>)> = d
             .apis
             .iter()

@@ -34,12 +34,12 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
     }
 
     let headers = req.headers();
-    let _ = apigw_gateway::discovery::negotiate(headers, true);
-    let _ = apigw_gateway::discovery::negotiate(headers, false);
-    if let Some(token) = apigw_gateway::authn::bearer(headers) {
+    let _ = apigw_discovery::negotiate(headers, true);
+    let _ = apigw_discovery::negotiate(headers, false);
+    if let Some(token) = apigw_authn::bearer(headers) {
         assert!(!token.is_empty() && token.trim() == token);
     }
-    let _ = apigw_gateway::authz::impersonation::requested(headers);
+    let _ = apigw_authz::impersonation::requested(headers);
     let front_proxy = apigw_request::IdentityHeaders::new(
         &["X-Remote-User"],
         &["X-Remote-Group"],

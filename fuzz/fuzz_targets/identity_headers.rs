@@ -16,7 +16,7 @@
 
 mod common;
 
-use apigw_gateway::proxy::{remove_hop_by_hop, set_identity, Forwarded};
+use apigw_proxy::{remove_hop_by_hop, set_identity, Forwarded};
 use apigw_request::{Identity, IdentityHeaders};
 use http::{HeaderMap, HeaderName, HeaderValue};
 

@@ -15,7 +15,7 @@
 
 mod common;
 
-use apigw_gateway::authn::jwt::{AuthenticationConfiguration, IssuerSettings, KeySet};
+use apigw_authn::jwt::{AuthenticationConfiguration, IssuerSettings, KeySet};
 use apigw_gateway::fuzzing::{jwt_claims_identity, jwt_crypto, jwt_verify};
 use apigw_request::Identity;
 use serde_json::{json, Map, Value};
@@ -100,7 +100,7 @@ libfuzzer_sys::fuzz_target!(init: common::report_stack_overflows(), |data: &[u8]
             }
         }
     } else {
-        let issuer = apigw_gateway::authn::jwt::unverified_issuer(text);
+        let issuer = apigw_authn::jwt::unverified_issuer(text);
         for settings in &setup.issuers {
             if let Ok(id) = jwt_verify(text, &setup.keys, settings, NOW) {
                 assert_eq!(issuer.as_deref(), Some(settings.url.as_str()));

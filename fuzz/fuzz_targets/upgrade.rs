@@ -11,7 +11,7 @@
 mod common;
 
 use apigw_gateway::fuzzing::RequestKind;
-use apigw_gateway::proxy::remove_hop_by_hop;
+use apigw_proxy::remove_hop_by_hop;
 use apigw_request::Attributes;
 use http::{header, HeaderMap, HeaderName, Version};
 

@@ -5,7 +5,7 @@
 use super::probe::{self, ProbeError};
 use super::report::{Status, Step};
 use super::Ctx;
-use apigw_gateway::registry::ApiService;
+use apigw_registry::ApiService;
 use rustls::AlertDescription;
 use std::net::SocketAddr;
 use std::time::Duration;

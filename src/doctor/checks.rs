@@ -10,7 +10,7 @@ use super::recipes::{self, Target};
 use super::report::{ServiceReport, Step};
 use super::Ctx;
 use apigw_core::certs::describe::{describe_cert, Place};
-use apigw_gateway::registry::{ApiService, ServiceRef};
+use apigw_registry::{ApiService, ServiceRef};
 use rustls::pki_types::CertificateDer;
 use std::net::SocketAddr;
 use std::time::Instant;

@@ -21,10 +21,10 @@ pub mod trust;
 
 pub use report::{Recipe, Report, ServiceReport, Status, Step};
 
+use apigw_availability::{Condition, Member, Members, State};
 use apigw_core::certs::inspect::OutputFormat;
-use apigw_gateway::availability::{Condition, Member, Members, State};
 use apigw_gateway::config::{Config, Flags};
-use apigw_gateway::registry::{load_dir, parse_manifest, ApiService, Manifest, BACKEND_KIND};
+use apigw_registry::{load_dir, parse_manifest, ApiService, Manifest, BACKEND_KIND};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -107,10 +107,9 @@ pub async fn diagnose(cfg: &Config, opts: &Options) -> Report {
         apiservices: Vec::new(),
     };
     if cfg.authz.left_to_backends() {
-        report.gateway.push(Step::ok(
-            "authorization",
-            apigw_gateway::authz::LEFT_TO_BACKENDS,
-        ));
+        report
+            .gateway
+            .push(Step::ok("authorization", apigw_authz::LEFT_TO_BACKENDS));
     }
     // Trust from the backends' end, when their settings are known.
     let expectation = match &opts.trust_file {
@@ -251,7 +250,7 @@ fn routing(services: &[ApiService], reports: &mut [ServiceReport]) {
 
 /// What every walk shares: the gateway's resolver, trust fallback and client certificate.
 pub struct Ctx {
-    pub resolver: apigw_gateway::proxy::Resolver,
+    pub resolver: apigw_proxy::Resolver,
     pub timeout: std::time::Duration,
     /// CAs for APIServices without a caBundle, and how to name them.
     pub default_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
@@ -290,7 +289,7 @@ fn context(cfg: &Config, opts: &Options) -> Result<Ctx, Step> {
         .as_ref()
         .and_then(|(crt, key)| apigw_core::tls::ReloadingCert::load(crt, key).ok());
     Ok(Ctx {
-        resolver: apigw_gateway::proxy::Resolver::new(cfg.proxy.resolve.clone()),
+        resolver: apigw_proxy::Resolver::new(cfg.proxy.resolve.clone()),
         timeout: cfg.availability.timeout,
         default_roots,
         default_roots_name,

@@ -4,7 +4,7 @@
 //! (`$TMPDIR/apigw-doctor/<apiservice>-ca.crt`) so the commands run as printed.
 
 use super::report::Recipe;
-use apigw_gateway::registry::{ApiService, ServiceRef};
+use apigw_registry::{ApiService, ServiceRef};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 

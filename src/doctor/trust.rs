@@ -179,7 +179,7 @@ pub fn check(exp: &Expectation, cfg: &Config) -> Vec<Step> {
             ),
         ));
     }
-    for (what, sent) in apigw_gateway::proxy::sent_names() {
+    for (what, sent) in apigw_proxy::sent_names() {
         let (read, flag) = match what {
             "username" => (&exp.username_headers, "--requestheader-username-headers"),
             "uid" => (&exp.uid_headers, "--requestheader-uid-headers"),

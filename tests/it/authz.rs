@@ -46,7 +46,7 @@ struct Setup {
 
 async fn setup() -> Setup {
     setup_with(|cfg, w| {
-        cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
+        cfg.authz.links = vec![apigw_authz::LinkSettings::Rbac];
         cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
         cfg.proxy.drop_groups = vec!["system:masters".into()];
     })
@@ -275,7 +275,7 @@ async fn can_i_under_always_allow_says_the_backends_decide() {
     .await;
     assert!(!ok, "{out}");
     assert!(
-        out.starts_with("no") && out.contains(apigw_gateway::authz::LEFT_TO_BACKENDS),
+        out.starts_with("no") && out.contains(apigw_authz::LEFT_TO_BACKENDS),
         "{out}"
     );
 }

@@ -6,11 +6,11 @@
 use crate::support::kube_api::KubeApi;
 use crate::support::tool::{kubectl, kubectl_command};
 use crate::support::{eventually, Pki};
-use apigw_gateway::authz::webhook::{KubeSender, Webhook, WebhookSettings};
-use apigw_gateway::authz::Verdict;
-use apigw_gateway::availability::{Condition, State};
+use apigw_authz::webhook::{KubeSender, Webhook, WebhookSettings};
+use apigw_authz::Verdict;
+use apigw_availability::{Condition, State};
 use apigw_gateway::cluster::{self, lease::LeaseSettings, services::RoutingMode};
-use apigw_gateway::registry::Registry;
+use apigw_registry::Registry;
 use apigw_request::Attributes;
 use apigw_request::Identity;
 use serde_json::{json, Value};
@@ -290,7 +290,7 @@ async fn subject_access_reviews_allow_deny_and_cache() {
     let alice = Identity::new("alice", vec![]);
     assert_eq!(hook.decide(&alice, &list).await.verdict, Verdict::NoOpinion);
     assert_eq!(
-        apigw_gateway::authz::forbidden_message(&alice, &list),
+        apigw_authz::forbidden_message(&alice, &list),
         "flunders.wardle.example.com is forbidden: User \"alice\" cannot list resource \"flunders\" in API group \"wardle.example.com\" in the namespace \"y\""
     );
 }

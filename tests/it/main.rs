@@ -26,6 +26,7 @@ mod interop;
 mod interop_clients;
 mod interop_connections;
 mod jwt;
+mod layout;
 mod metrics;
 mod metrics_apis;
 mod ops;

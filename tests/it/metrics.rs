@@ -291,7 +291,7 @@ async fn promtool_accepts_the_metrics_on_both_listeners() {
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let metrics_addr = unused_addr();
     let mut cfg = w.config(&[(&echo, echo.addr), (&dead, dead.addr)]);
-    cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
+    cfg.authz.links = vec![apigw_authz::LinkSettings::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     cfg.availability.interval = Duration::from_millis(300);
     cfg.metrics_listen = Some(metrics_addr);
@@ -490,7 +490,7 @@ async fn refused_anonymous_requests_name_no_labels_after_their_path() {
     std::fs::write(w.pki.path("policy.yaml"), POLICY).unwrap();
     let mut cfg = w.config(&[(&echo, echo.addr)]);
     cfg.authn.anonymous = Some(true);
-    cfg.authz.links = vec![apigw_gateway::authz::LinkSettings::Rbac];
+    cfg.authz.links = vec![apigw_authz::LinkSettings::Rbac];
     cfg.authz.policy_file = Some(w.pki.path("policy.yaml"));
     let gw = w.gateway(cfg).await;
     let anon = w.client(None);

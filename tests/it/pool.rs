@@ -129,7 +129,7 @@ async fn watches_balance_by_open_streams_over_h2() {
 async fn watches_open_another_h2_connection_past_the_stream_cap() {
     let s = World::single(|_| {}).await;
     let mut send = s.w.client(Some("alice")).h2_connection(s.gw.addr).await;
-    let n = 2 * apigw_gateway::proxy::STREAMS_PER_CONN + 50;
+    let n = 2 * apigw_proxy::STREAMS_PER_CONN + 50;
     let mut open = Vec::new();
     for i in 0..n {
         open.push(watch(&mut send, &s.gw, i).await);
@@ -144,7 +144,7 @@ async fn watches_open_another_h2_connection_past_the_stream_cap() {
     }
     let mut counts: Vec<usize> = by_conn.into_values().collect();
     counts.sort_unstable();
-    let cap = apigw_gateway::proxy::STREAMS_PER_CONN;
+    let cap = apigw_proxy::STREAMS_PER_CONN;
     assert_eq!(counts, [50, cap, cap]);
     // A stream given back makes room on its connection: no new connection for the next watch.
     open.truncate(n - 10);

@@ -7,9 +7,9 @@ use super::load::{self, Job, Proto, Sender, Target};
 use super::stats::rss_kib;
 use super::{Figure, Row, Settings};
 use anyhow::Context as _;
-use apigw_gateway::availability::{Condition, State};
-use apigw_gateway::discovery::render::RenderCache;
-use apigw_gateway::registry::{ApiService, Snapshot};
+use apigw_availability::{Condition, State};
+use apigw_discovery::render::RenderCache;
+use apigw_registry::{ApiService, Snapshot};
 use apigw_sample::bench_resource_list;
 use bytes::Bytes;
 use http::Method;
@@ -270,7 +270,7 @@ pub fn remerge(services: &[serde_json::Value], runs: usize) -> anyhow::Result<Ve
         // up to there), timed alone.
         let t = Instant::now();
         for doc in &docs.apis[..2] {
-            std::hint::black_box(apigw_gateway::discovery::etag(&doc.bytes));
+            std::hint::black_box(apigw_discovery::etag(&doc.bytes));
         }
         etag_ms.push(t.elapsed().as_secs_f64() * 1e3);
         std::hint::black_box(docs);

@@ -45,15 +45,15 @@ pub struct Metrics {
     /// Its two series, looked up once (on first use, so a scrape shows the same as before).
     in_flight_kinds: [std::sync::OnceLock<IntGauge>; 2],
     /// The proxy's: backend failures, latency and retries by APIService.
-    pub backends: crate::proxy::BackendMetrics,
+    pub backends: apigw_proxy::BackendMetrics,
     /// The availability controller's, with kube-aggregator's names.
-    pub availability: crate::availability::AvailabilityMetrics,
+    pub availability: apigw_availability::AvailabilityMetrics,
     /// cert (`serving`, `proxy-client`)
     pub cert_expiry: GaugeVec,
     /// authenticator, result
     pub authn_attempts: IntCounterVec,
     /// API Priority and Fairness, with upstream's names.
-    pub flowcontrol: crate::flowcontrol::FlowMetrics,
+    pub flowcontrol: apigw_flowcontrol::FlowMetrics,
     /// Tasks alive in the gateway's runtimes (the shared one and the workers').
     runtime_tasks: IntGauge,
 }
@@ -81,9 +81,9 @@ impl Default for Metrics {
             "Requests being served, long-running (watch, upgrade) or short.",
             &["kind"],
         );
-        let backends = crate::proxy::BackendMetrics::register(&r);
-        let availability = crate::availability::AvailabilityMetrics::register(&r, backends.clone());
-        let flowcontrol = crate::flowcontrol::FlowMetrics::register(&r);
+        let backends = apigw_proxy::BackendMetrics::register(&r);
+        let availability = apigw_availability::AvailabilityMetrics::register(&r, backends.clone());
+        let flowcontrol = apigw_flowcontrol::FlowMetrics::register(&r);
         let authn_attempts = counter(
             &r,
             "apigw_authentication_attempts_total",

@@ -512,7 +512,7 @@ impl Echo {
                 let peer_cn = conn
                     .peer_chain
                     .first()
-                    .and_then(apigw_gateway::authn::subject)
+                    .and_then(apigw_authn::subject)
                     .map(|(cn, _)| cn);
                 let remote = conn.remote;
                 move |req: Request<apigw_core::server::RequestBody>| {

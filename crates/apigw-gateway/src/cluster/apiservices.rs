@@ -6,7 +6,7 @@
 //! or `Local`. Readiness is a latch released after the first full list of APIServices: a
 //! cluster without the APIServiceBackend CRD serves its APIServices all the same.
 
-use crate::registry::{attach, ApiService, Backend, FieldError, Registry, Snapshot, BACKEND_KIND};
+use apigw_registry::{attach, ApiService, Backend, FieldError, Registry, Snapshot, BACKEND_KIND};
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};

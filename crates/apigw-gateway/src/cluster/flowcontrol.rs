@@ -1,10 +1,10 @@
 //! The cluster's FlowSchemas and PriorityLevelConfigurations as APF's configuration: two
 //! `kube` watchers feeding reflector stores; every change turns both stores into the
-//! configuration in force ([`crate::flowcontrol::Flow::set_cluster`]), as kube-apiserver's APF
+//! configuration in force ([`apigw_flowcontrol::Flow::set_cluster`]), as kube-apiserver's APF
 //! controller digests the same objects (UIDs included, so the PF headers name the cluster's
 //! objects). A bad object is logged and the configuration in force stays.
 
-use crate::flowcontrol::Flow;
+use apigw_flowcontrol::Flow;
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};

@@ -3,7 +3,7 @@
 //!
 //! - [`client`]: the [`kube::Client`] from `--kubeconfig` or the in-cluster service account.
 //! - [`apiservices`]: a watcher/reflector over `apiregistration.k8s.io/v1` APIServices feeding the
-//!   [`crate::registry::Registry`], with a readiness latch after the first full list.
+//!   [`apigw_registry::Registry`], with a readiness latch after the first full list.
 //! - [`services`]: `<name>.<namespace>.svc:<port>` to addresses through Services (ClusterIP) or
 //!   their EndpointSlices (`--enable-aggregator-routing`), from reflector caches.
 //! - [`tokenreview`]: bearer tokens checked with TokenReview, with a bounded TTL cache.

@@ -5,8 +5,8 @@
 //! Services and EndpointSlices come from reflector caches, so resolving asks the API server
 //! nothing. Errors read as upstream's.
 
-use crate::proxy::{parse_host, ResolveService};
 use apigw_core::body::BoxError;
+use apigw_proxy::{parse_host, ResolveService};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Service, ServicePort};

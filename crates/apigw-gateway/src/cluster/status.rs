@@ -7,7 +7,7 @@
 //! condition written moments ago is not written again while the watch catches up (`settle`).
 
 use super::apiservices::{api_resource, ApiServiceSource};
-use crate::availability::{Availability, Condition, State};
+use apigw_availability::{Availability, Condition, State};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! Delegated authentication: `Authorization: Bearer` tokens checked with an
 //! `authentication.k8s.io/v1` TokenReview. Answers, both accepted and refused, are cached for
 //! a short time keyed by the token's SHA-256 (the token itself is never stored); failures to
-//! reach the API server are not cached. Implements [`crate::authn::TokenReview`], through
+//! reach the API server are not cached. Implements [`apigw_authn::TokenReview`], through
 //! which the authenticator asks it.
 
 use super::ClusterError;
@@ -85,7 +85,7 @@ impl TokenReviewer {
     }
 }
 
-impl crate::authn::TokenReview for TokenReviewer {
+impl apigw_authn::TokenReview for TokenReviewer {
     fn review<'a>(
         &'a self,
         token: &'a str,

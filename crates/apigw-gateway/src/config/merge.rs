@@ -10,14 +10,14 @@ use super::sections::{
 use super::{
     camel, serving_problems, Checkable, Config, ConfigError, LogSettings, Origin, Purpose,
 };
-use crate::authn::{AuthnSettings, RequestHeaderSettings};
-use crate::authz::{AuthzMode, AuthzSettings, LinkSettings};
 use crate::cluster::{ClusterSettings, LeaderElection};
-use crate::flowcontrol::FlowControlSettings;
-use crate::proxy::{parse_https_url, parse_resolve, BackendSettings, Delegate};
+use apigw_authn::{AuthnSettings, RequestHeaderSettings};
+use apigw_authz::{AuthzMode, AuthzSettings, LinkSettings};
 use apigw_core::duration::parse_duration;
 use apigw_core::server::LimitsSettings;
 use apigw_core::server::ServerSettings;
+use apigw_flowcontrol::FlowControlSettings;
+use apigw_proxy::{parse_https_url, parse_resolve, BackendSettings, Delegate};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
@@ -487,7 +487,7 @@ fn authz(f: &AuthzFlags, file: AuthzFlags, cluster: bool, cx: &mut Cx) -> AuthzS
                     "--authorization-config can not be specified when --authorization-mode or --authorization-webhook-* flags are defined".into(),
                 );
             }
-            match crate::authz::config::load(path) {
+            match apigw_authz::config::load(path) {
                 Ok(links) => links,
                 Err(e) => {
                     for problem in e.problems() {
@@ -567,9 +567,9 @@ fn availability(
     f: &AvailabilityFlags,
     file: AvailabilityFlags,
     cx: &mut Cx,
-) -> crate::availability::Settings {
-    let d = crate::availability::Settings::default();
-    let settings = crate::availability::Settings {
+) -> apigw_availability::Settings {
+    let d = apigw_availability::Settings::default();
+    let settings = apigw_availability::Settings {
         interval: cx.duration(
             "availability-check-interval",
             &f.availability_check_interval,
@@ -620,7 +620,7 @@ fn flowcontrol(
         let at = cx.origin.name("flowcontrol-config", in_file);
         if !path.exists() {
             cx.later(at, format!("{}: no such file or directory", path.display()));
-        } else if let Err(problems) = crate::flowcontrol::file_configuration(path) {
+        } else if let Err(problems) = apigw_flowcontrol::file_configuration(path) {
             for problem in problems {
                 cx.later(at.clone(), problem);
             }

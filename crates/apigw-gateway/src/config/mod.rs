@@ -5,7 +5,7 @@
 //!
 //! Each concern owns its settings, their defaults and their checks, beside the code that uses
 //! them ([`ServerSettings`], [`LimitsSettings`], [`AuthnSettings`], [`AuthzSettings`],
-//! [`BackendSettings`], [`crate::availability::Settings`], [`crate::audit::Settings`],
+//! [`BackendSettings`], [`apigw_availability::Settings`], [`crate::audit::Settings`],
 //! [`ClusterSettings`]); here are the flags (`flags.rs`), the file (`file.rs`) and their merge,
 //! one function per section (`merge.rs`).
 
@@ -15,12 +15,12 @@ mod sections;
 #[cfg(test)]
 mod tests;
 
-pub use crate::authn::{AuthnSettings, RequestHeaderSettings};
-/// How requests are authorized; owned by `authz`, named here for the settings.
-pub use crate::authz::{AuthzMode, AuthzSettings};
 pub use crate::cluster::{ClusterSettings, LeaderElection};
-pub use crate::proxy::{BackendSettings, Delegate};
+pub use apigw_authn::{AuthnSettings, RequestHeaderSettings};
+/// How requests are authorized; owned by `authz`, named here for the settings.
+pub use apigw_authz::{AuthzMode, AuthzSettings};
 pub use apigw_core::server::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
+pub use apigw_proxy::{BackendSettings, Delegate};
 pub use sections::{
     AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, Flags, LimitsFlags,
     LogFlags, ProxyFlags, ServerFlags, ServingFlags,
@@ -50,11 +50,11 @@ pub struct Config {
     pub server: ServerSettings,
     pub limits: LimitsSettings,
     /// API Priority and Fairness.
-    pub flowcontrol: crate::flowcontrol::FlowControlSettings,
+    pub flowcontrol: apigw_flowcontrol::FlowControlSettings,
     pub authn: AuthnSettings,
     pub authz: AuthzSettings,
     pub proxy: BackendSettings,
-    pub availability: crate::availability::Settings,
+    pub availability: apigw_availability::Settings,
     pub audit: Option<crate::audit::Settings>,
     pub cluster: Option<ClusterSettings>,
     pub apiservice_dir: Option<PathBuf>,

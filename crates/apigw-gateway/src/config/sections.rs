@@ -109,7 +109,7 @@ section! {
 }
 
 section! {
-    /// [`crate::authn::AuthnSettings`].
+    /// [`apigw_authn::AuthnSettings`].
     pub struct AuthnFlags {
         /// CA bundle for user client certificates: user = CN, groups = every O.
         #[arg(long, help_heading = "Authentication", display_order = 5)]
@@ -168,7 +168,7 @@ section! {
 }
 
 section! {
-    /// [`crate::proxy::BackendSettings`], and the APIService manifest directory.
+    /// [`apigw_proxy::BackendSettings`], and the APIService manifest directory.
     pub struct ProxyFlags {
         /// Certificate presented to addon servers; reloaded when it changes.
         #[arg(long, help_heading = "Backends", display_order = 14)]
@@ -252,7 +252,7 @@ section! {
 }
 
 section! {
-    /// [`crate::authz::AuthzSettings`].
+    /// [`apigw_authz::AuthzSettings`].
     pub struct AuthzFlags {
         /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny, RBAC (objects from
         /// --rbac-policy-file), Webhook (SubjectAccessReview; cluster mode) [default: AlwaysAllow].
@@ -280,7 +280,7 @@ section! {
 }
 
 section! {
-    /// [`crate::availability::Settings`].
+    /// [`apigw_availability::Settings`].
     pub struct AvailabilityFlags {
         /// How often the availability controller checks each APIService [default: 30s].
         #[arg(long, help_heading = "Backends", display_order = 32)]

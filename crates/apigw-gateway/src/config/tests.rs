@@ -1,8 +1,8 @@
 //! The configuration's tests: flags and file merged, problems named, values bounded.
 
 use super::*;
-use crate::proxy::{parse_https_url, parse_resolve};
 use apigw_core::duration::{parse_duration, MAX_DURATION};
+use apigw_proxy::{parse_https_url, parse_resolve};
 use std::time::Duration;
 
 fn touch(dir: &Path, name: &str) -> PathBuf {
@@ -60,7 +60,7 @@ fn file_paths_are_relative_to_the_file_and_flags_win() {
     );
     assert!(matches!(
         c.authz.links[..],
-        [crate::authz::LinkSettings::AlwaysAllow]
+        [apigw_authz::LinkSettings::AlwaysAllow]
     ));
 }
 

@@ -12,10 +12,10 @@
 //! slot.
 
 use crate::audit::{Auditor, Outcome};
-use crate::flowcontrol::Ticket;
 use crate::metrics::Metrics;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::digits::{decimal, dotted};
+use apigw_flowcontrol::Ticket;
 use apigw_request::Identity;
 use apigw_request::RequestInfo;
 use bytes::Bytes;

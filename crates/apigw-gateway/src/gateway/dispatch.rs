@@ -7,11 +7,10 @@
 
 use super::route::{FlowDump, Route};
 use super::{reviews, Gateway};
-use crate::discovery;
-use crate::discovery::apiservices;
-use crate::registry::ApiService;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, render, Status};
+use apigw_discovery::apiservices;
+use apigw_registry::ApiService;
 use apigw_request::Identity;
 use apigw_request::RequestInfo;
 use bytes::Bytes;
@@ -36,16 +35,17 @@ impl Gateway {
                 // The legacy form names the address this client reached the gateway at.
                 let mut forms = (*docs.api).clone();
                 let address = server_address(info.host.as_ref());
-                forms[0] = discovery::Doc::new(
-                    &discovery::render::api_versions(&address),
-                    discovery::JSON,
+                forms[0] = apigw_discovery::Doc::new(
+                    &apigw_discovery::render::api_versions(&address),
+                    apigw_discovery::JSON,
                 );
-                discovery::serve(&req, &forms)
+                apigw_discovery::serve(&req, &forms)
             }
-            Route::CoreV1 => {
-                discovery::serve(&req, std::slice::from_ref(discovery::render::core_v1()))
-            }
-            Route::Discovery(docs) => discovery::serve(&req, docs.forms()),
+            Route::CoreV1 => apigw_discovery::serve(
+                &req,
+                std::slice::from_ref(apigw_discovery::render::core_v1()),
+            ),
+            Route::Discovery(docs) => apigw_discovery::serve(&req, docs.forms()),
             Route::ApiServicesGroup => Ok(json_response(&apiservices::group_document())),
             Route::ApiServicesResources => Ok(json_response(&apiservices::resource_list())),
             Route::ApiServices { rest } => {
@@ -65,8 +65,8 @@ impl Gateway {
                     .and_then(|s| s.members.clone())
                 {
                     Some(members) => {
-                        let list = discovery::Doc::new(&members.list, discovery::JSON);
-                        discovery::serve(&req, &[list])
+                        let list = apigw_discovery::Doc::new(&members.list, apigw_discovery::JSON);
+                        apigw_discovery::serve(&req, &[list])
                     }
                     None => self.to_backend(svc, req, identity, info).await,
                 }
@@ -80,7 +80,7 @@ impl Gateway {
                     .await
             }
             Route::OpenApiV2 => self.openapi.v2().serve(&req),
-            Route::OpenApiV3 => discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
+            Route::OpenApiV3 => apigw_discovery::serve(&req, &[(*self.openapi.v3()).clone()]),
             Route::Metrics => Ok(self.metrics_response()),
             Route::FlowDump(dump) => match &self.flow {
                 Some(flow) => {
@@ -157,7 +157,7 @@ impl Gateway {
     async fn openapi_document<B>(
         &self,
         svc: Arc<ApiService>,
-        merged: Option<Arc<discovery::Doc>>,
+        merged: Option<Arc<apigw_discovery::Doc>>,
         req: Request<B>,
         identity: &Identity,
         info: &RequestInfo,
@@ -173,8 +173,8 @@ impl Gateway {
         let ours = merged.is_some();
         let mut res = match merged {
             Some(doc) => {
-                discovery::readable(&req)?;
-                discovery::respond(&req, &doc)
+                apigw_discovery::readable(&req)?;
+                apigw_discovery::respond(&req, &doc)
             }
             None => {
                 let backend = self.proxy.backend_for(&svc)?;

@@ -20,20 +20,19 @@ mod version;
 pub use health::Health;
 pub use pipeline::{GatewayService, ResponseFuture};
 
-use crate::authn::{Attempts, Authenticator, CertAuthenticator};
-use crate::authz::Authorizer;
-use crate::availability::{self, Availability};
 use crate::config::Config;
-use crate::discovery;
-use crate::discovery::apiservices::ApiServices;
 use crate::metrics::Metrics;
-use crate::proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
-use crate::registry::Registry;
 use anyhow::Context as _;
+use apigw_authn::{Attempts, Authenticator, CertAuthenticator};
+use apigw_authz::Authorizer;
+use apigw_availability::Availability;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::reload::{Reload, Watched};
 use apigw_core::server::ConnInfo;
 use apigw_core::tls::{self, ReloadingCert};
+use apigw_discovery::apiservices::ApiServices;
+use apigw_proxy::{DelegateSettings, Proxy, ProxySettings, Resolver};
+use apigw_registry::Registry;
 use http::{Request, Response};
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -49,10 +48,10 @@ pub struct Gateway {
     audit: Option<Arc<crate::audit::Auditor>>,
     limits: Arc<limits::Limits>,
     /// API Priority and Fairness; None when turned off.
-    flow: Option<Arc<crate::flowcontrol::Flow>>,
+    flow: Option<Arc<apigw_flowcontrol::Flow>>,
     apiservices: Arc<ApiServices>,
-    discovery: discovery::Cache,
-    openapi: Arc<discovery::openapi::OpenApi>,
+    discovery: apigw_discovery::Cache,
+    openapi: Arc<apigw_discovery::openapi::OpenApi>,
     proxy: Arc<Proxy>,
     authn: Authenticator,
     certs: CertAuthenticator,
@@ -85,7 +84,7 @@ impl Gateway {
         let serving = ReloadingCert::load(&cfg.tls_cert, &cfg.tls_key)?;
         let mut reloading = vec![serving.clone()];
         let mut expiring = vec![("serving", serving.clone())];
-        let crate::authn::AuthnFiles {
+        let apigw_authn::AuthnFiles {
             certs,
             tokens,
             jwt,
@@ -143,7 +142,7 @@ impl Gateway {
         let flow = match cfg.flowcontrol.enabled {
             false => None,
             true => Some(Arc::new(
-                crate::flowcontrol::Flow::new(
+                apigw_flowcontrol::Flow::new(
                     &cfg.flowcontrol,
                     cfg.limits.request_timeout,
                     metrics.flowcontrol.clone(),
@@ -174,10 +173,10 @@ impl Gateway {
                 None => None,
             },
             apiservices: Arc::default(),
-            discovery: discovery::Cache::new(
+            discovery: apigw_discovery::Cache::new(
                 reviews::builtin_groups()
                     .into_iter()
-                    .map(|(svc, list)| discovery::Builtin::new(svc, list))
+                    .map(|(svc, list)| apigw_discovery::Builtin::new(svc, list))
                     .collect(),
             ),
             openapi: Arc::default(),
@@ -253,12 +252,12 @@ pub async fn run(
     };
     let _watcher = match &cfg.apiservice_dir {
         Some(dir) => Some(
-            crate::registry::watch_dir(dir.clone(), registry.clone())
+            apigw_registry::watch_dir(dir.clone(), registry.clone())
                 .with_context(|| format!("watching {}", dir.display()))?,
         ),
         None if cluster.is_some() => None,
         None => {
-            registry.replace(crate::registry::Snapshot::default());
+            registry.replace(apigw_registry::Snapshot::default());
             None
         }
     };
@@ -266,12 +265,12 @@ pub async fn run(
     if let Some(issuers) = &gateway.authn.jwt {
         issuers.spawn_refresh();
     }
-    availability::spawn(
+    apigw_availability::spawn(
         registry.clone(),
         gateway.proxy.clone(),
         gateway.availability.clone(),
         gateway.metrics.availability.clone(),
-        availability::Settings {
+        apigw_availability::Settings {
             interval: cfg.availability.interval,
             timeout: cfg.availability.timeout,
         },
@@ -399,7 +398,7 @@ async fn start_cluster(
     if gateway.authz.webhook() {
         gateway
             .authz
-            .set_access_review(Box::new(crate::authz::webhook::KubeSender::with_client(
+            .set_access_review(Box::new(apigw_authz::webhook::KubeSender::with_client(
                 client.clone(),
             )));
     }

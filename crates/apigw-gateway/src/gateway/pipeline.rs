@@ -4,12 +4,12 @@
 //!
 //! 1. **filter** ([`host`], `public`, [`limits`]): one valid host, health and `/version`
 //!    answered without credentials, the in-flight limits;
-//! 2. **authenticate** ([`crate::authn`]) and 3. **authorize** ([`crate::authz`]), with the
+//! 2. **authenticate** ([`apigw_authn`]) and 3. **authorize** ([`apigw_authz`]), with the
 //!    path checks of [`paths`] first, and between impersonation and authorization, API
-//!    Priority and Fairness ([`crate::flowcontrol`]): a seat of the request's priority level,
+//!    Priority and Fairness ([`apigw_flowcontrol`]): a seat of the request's priority level,
 //!    after its turn in a fair queue, or a 429;
 //! 4. **dispatch** ([`super::dispatch`]): the gateway's own APIs and discovery, or a backend,
-//!    where 5. the **upstream request** ([`crate::proxy`]) strips credentials and sets the
+//!    where 5. the **upstream request** ([`apigw_proxy`]) strips credentials and sets the
 //!    identity;
 //! 6. **log** ([`access`]): access line, audit event and metrics, however the request ends.
 //!
@@ -19,12 +19,12 @@
 
 use super::route::{Route, Router};
 use super::{access, host, limits, paths, Gateway};
-use crate::authn::PeerIdentity;
-use crate::authz::{Acting, Refused};
-use crate::flowcontrol::{PfHeaders, Ticket};
+use apigw_authn::PeerIdentity;
+use apigw_authz::{Acting, Refused};
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{render, Status};
 use apigw_core::server::ConnInfo;
+use apigw_flowcontrol::{PfHeaders, Ticket};
 use apigw_request::RequestInfo;
 use apigw_request::RequestKind;
 use bytes::Bytes;
@@ -203,9 +203,9 @@ impl Gateway {
         res.map(|body| record.wrap(status, body))
     }
 
-    /// Phases 2 and 3: the path checks, then authentication ([`crate::authn`]), then
-    /// impersonation, API Priority and Fairness ([`crate::flowcontrol`]: a seat, after a wait
-    /// in its queue, or a 429) and authorization ([`crate::authz`]), in kube-apiserver's
+    /// Phases 2 and 3: the path checks, then authentication ([`apigw_authn`]), then
+    /// impersonation, API Priority and Fairness ([`apigw_flowcontrol`]: a seat, after a wait
+    /// in its queue, or a 429) and authorization ([`apigw_authz`]), in kube-apiserver's
     /// order. Also the PF headers of a request APF classified but refused (an admitted
     /// request's ticket carries them).
     async fn admit<B>(

@@ -5,10 +5,10 @@
 //! With a delegate, the other resources of these groups (tokenreviews, subjectaccessreviews,
 //! localsubjectaccessreviews) are the delegate's, as behind kube-aggregator.
 
-use crate::authz::Authorizer;
-use crate::registry::ApiService;
+use apigw_authz::Authorizer;
 use apigw_core::body::{Body, BoxError};
 use apigw_core::errors::{json_response, Status};
+use apigw_registry::ApiService;
 use apigw_request::Attributes;
 use apigw_request::Identity;
 use bytes::Bytes;
@@ -196,11 +196,11 @@ async fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
     };
     // The authorizers' own answer, as kube-apiserver's SelfSubjectAccessReview gives it.
     let decision = authz.decide_review(id, &a).await;
-    let mut status = json!({"allowed": decision.verdict == crate::authz::Verdict::Allow});
+    let mut status = json!({"allowed": decision.verdict == apigw_authz::Verdict::Allow});
     if !decision.reason.is_empty() {
         status["reason"] = json!(decision.reason);
     }
-    if decision.verdict == crate::authz::Verdict::Deny {
+    if decision.verdict == apigw_authz::Verdict::Deny {
         status["denied"] = json!(true);
     }
     if !decision.errors.is_empty() {
@@ -212,7 +212,7 @@ async fn access(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
 fn rules(authz: &Authorizer, id: &Identity, spec: &Value) -> Value {
     let ns = spec["namespace"].as_str().unwrap_or_default();
     let all = if id.groups.iter().any(|g| g == "system:masters") {
-        vec![crate::authz::rbac::PolicyRule {
+        vec![apigw_authz::rbac::PolicyRule {
             verbs: vec!["*".into()],
             api_groups: vec!["*".into()],
             resources: vec!["*".into()],

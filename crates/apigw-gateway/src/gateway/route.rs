@@ -9,9 +9,9 @@
 //! APIResourceList, so clients that assume the core group go on to `/apis`.
 
 use super::reviews;
-use crate::discovery::apiservices::GROUP;
-use crate::discovery::{delegate::Known, Doc, Documents};
-use crate::registry::{ApiService, Snapshot};
+use apigw_discovery::apiservices::GROUP;
+use apigw_discovery::{delegate::Known, Doc, Documents};
+use apigw_registry::{ApiService, Snapshot};
 use std::sync::Arc;
 
 /// Which APF debug dump.
@@ -247,7 +247,7 @@ mod tests {
     //! The router in the style of axum's: many small cases, each a path and the route it takes.
 
     use super::*;
-    use crate::discovery::{self, Builtin};
+    use apigw_discovery::Builtin;
     use apigw_request::segments;
     use serde_json::json;
     use std::collections::HashMap;
@@ -267,7 +267,7 @@ mod tests {
     /// answered `/api` when `delegate` is true.
     struct Case {
         snapshot: Snapshot,
-        cache: discovery::Cache,
+        cache: apigw_discovery::Cache,
         known: Option<Known>,
     }
 
@@ -278,7 +278,10 @@ mod tests {
                     Arc::new(service("apps", "v1")),
                     json!({"kind": "APIResourceList", "groupVersion": "apps/v1", "resources": []}),
                 );
-                let doc = discovery::Doc::new(&json!({"kind": "APIVersions"}), discovery::JSON);
+                let doc = apigw_discovery::Doc::new(
+                    &json!({"kind": "APIVersions"}),
+                    apigw_discovery::JSON,
+                );
                 Known {
                     generation: 1,
                     versions: vec![apps],
@@ -287,7 +290,7 @@ mod tests {
             });
             Self {
                 snapshot: Snapshot::new([service("wardle.example.com", "v1alpha1")]),
-                cache: discovery::Cache::new(Vec::new()),
+                cache: apigw_discovery::Cache::new(Vec::new()),
                 known,
             }
         }
@@ -342,14 +345,14 @@ mod tests {
     fn a_group_version_with_backends_has_its_documents_merged_here() {
         let mut case = Case::new(false);
         let mut svc = service("wardle.example.com", "v1alpha1");
-        let backend = crate::registry::Backend::from_value(json!({
+        let backend = apigw_registry::Backend::from_value(json!({
             "apiVersion": "apigw.dev/v1alpha1", "kind": "APIServiceBackend",
             "metadata": {"name": "second"},
             "spec": {"apiService": WARDLE, "insecureSkipTLSVerify": true,
                      "service": {"name": "second", "namespace": "n"}}
         }))
         .expect("APIServiceBackend");
-        let orphans = crate::registry::attach(std::slice::from_mut(&mut svc), vec![backend]);
+        let orphans = apigw_registry::attach(std::slice::from_mut(&mut svc), vec![backend]);
         assert!(orphans.is_empty(), "{orphans:?}");
         case.snapshot = Snapshot::new([svc]);
         check(

@@ -5,9 +5,9 @@
 
 use super::Gateway;
 use crate::config::{Config, Flags};
-use crate::registry::Registry;
 use apigw_core::certs::{write_dev_pki, DevPkiOptions};
 use apigw_core::server::ConnInfo;
+use apigw_registry::Registry;
 use bytes::Bytes;
 use http::{header, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
@@ -426,7 +426,7 @@ async fn a_proxied_request_carries_the_identity_and_no_credentials() {
              resolve:\n  \"wardle-server.wardle-namespace.svc:443\": \"{backend}\"\n"
         ),
     );
-    let service = crate::registry::ApiService::from_value(serde_json::json!({
+    let service = apigw_registry::ApiService::from_value(serde_json::json!({
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": "v1alpha1.wardle.example.com"},
         "spec": {"group": "wardle.example.com", "version": "v1alpha1",
@@ -436,7 +436,7 @@ async fn a_proxied_request_carries_the_identity_and_no_credentials() {
     .expect("APIService");
     w.gateway
         .registry
-        .replace(crate::registry::Snapshot::new([service]));
+        .replace(apigw_registry::Snapshot::new([service]));
     let req = w
         .get("/apis/wardle.example.com/v1alpha1/namespaces/default/flunders")
         .header(header::AUTHORIZATION, format!("Bearer {}", w.token()))
@@ -529,7 +529,7 @@ fn anonymous_in_the_file_and_the_flag_conflict() {
         "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\nanonymous: {enabled: true}\n",
     )
     .expect("file");
-    let settings = crate::authn::AuthnSettings {
+    let settings = apigw_authn::AuthnSettings {
         anonymous: Some(false),
         authentication_config: Some(auth.clone()),
         ..Default::default()
@@ -540,12 +540,12 @@ fn anonymous_in_the_file_and_the_flag_conflict() {
         text,
         [format!("{}: anonymous: Forbidden: --anonymous-auth flag cannot be set when anonymous field is configured in authentication configuration file", auth.display())]
     );
-    let settings = crate::authn::AuthnSettings {
+    let settings = apigw_authn::AuthnSettings {
         anonymous: None,
         ..settings
     };
     let files = settings.load().expect("no conflict without the flag");
-    assert_eq!(files.anonymous, crate::authn::Anonymous::Everywhere);
+    assert_eq!(files.anonymous, apigw_authn::Anonymous::Everywhere);
     std::fs::write(
         &auth,
         "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n\
@@ -661,8 +661,8 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
                 .await;
             assert_eq!(code, StatusCode::OK, "the quiet user was refused: {body}");
             assert_eq!(
-                headers[crate::flowcontrol::PRIORITY_LEVEL_UID],
-                crate::flowcontrol::config::uid("prioritylevelconfiguration", "global-default")
+                headers[apigw_flowcontrol::PRIORITY_LEVEL_UID],
+                apigw_flowcontrol::config::uid("prioritylevelconfiguration", "global-default")
                     .as_str()
             );
             served_after.push(done.load(std::sync::atomic::Ordering::SeqCst) - before);
@@ -675,7 +675,7 @@ async fn a_noisy_user_cannot_starve_a_quiet_one_on_the_same_level() {
         if code == StatusCode::TOO_MANY_REQUESTS {
             refused += 1;
             assert!(headers.contains_key(header::RETRY_AFTER));
-            assert!(headers.contains_key(crate::flowcontrol::FLOW_SCHEMA_UID));
+            assert!(headers.contains_key(apigw_flowcontrol::FLOW_SCHEMA_UID));
         } else {
             assert_eq!(code, StatusCode::CREATED);
         }
@@ -763,7 +763,7 @@ async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
         ),
     );
     let service = |version: &str, port: u16| {
-        crate::registry::ApiService::from_value(serde_json::json!({
+        apigw_registry::ApiService::from_value(serde_json::json!({
             "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
             "metadata": {"name": format!("{version}.wardle.example.com")},
             "spec": {"group": "wardle.example.com", "version": version,
@@ -772,7 +772,7 @@ async fn a_stalled_backend_cannot_take_the_seats_of_the_others() {
         }))
         .expect("APIService")
     };
-    w.gateway.registry.replace(crate::registry::Snapshot::new([
+    w.gateway.registry.replace(apigw_registry::Snapshot::new([
         service("v1alpha1", 443),
         service("v1beta1", 8443),
     ]));
@@ -854,7 +854,7 @@ async fn a_flowschema_from_a_file_changes_the_classification_and_reloads() {
         &format!("flowcontrolConfig: {}\n", file.display()),
     );
     let level_of = |headers: &http::HeaderMap| {
-        headers[crate::flowcontrol::PRIORITY_LEVEL_UID]
+        headers[apigw_flowcontrol::PRIORITY_LEVEL_UID]
             .to_str()
             .unwrap_or_default()
             .to_string()
@@ -868,7 +868,7 @@ async fn a_flowschema_from_a_file_changes_the_classification_and_reloads() {
     };
     let (code, headers, _) = w.send(ask()).await;
     assert_eq!(code, StatusCode::OK);
-    let tokens = crate::flowcontrol::config::uid("prioritylevelconfiguration", "tokens");
+    let tokens = apigw_flowcontrol::config::uid("prioritylevelconfiguration", "tokens");
     assert_eq!(level_of(&headers), tokens);
 
     let flow = w.gateway.flow.clone().expect("APF on");
@@ -876,7 +876,7 @@ async fn a_flowschema_from_a_file_changes_the_classification_and_reloads() {
     flow.reload("flowcontrol config")
         .expect("a good file reloads");
     let (_, headers, _) = w.send(ask()).await;
-    let default = crate::flowcontrol::config::uid("prioritylevelconfiguration", "global-default");
+    let default = apigw_flowcontrol::config::uid("prioritylevelconfiguration", "global-default");
     assert_eq!(level_of(&headers), default);
 
     std::fs::write(&file, "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: x}\nspec: {priorityLevelConfiguration: {name: nowhere}}\n").expect("write");

@@ -16,9 +16,9 @@
 //! the threads; wall time for the tasks, whose two workers are both busy, so that a
 //! request's CPU time is about twice its wall time.
 //!
-//!   cargo bench -p apigw-gateway --bench apf [-- --rounds 7 --spacer 1024]
+//!   cargo bench -p apigw-flowcontrol --bench apf [-- --rounds 7 --spacer 1024]
 
-use apigw_gateway::flowcontrol::{Flow, FlowControlSettings, FlowMetrics, Ticket};
+use apigw_flowcontrol::{Flow, FlowControlSettings, FlowMetrics, Ticket};
 use apigw_request::Attributes;
 use apigw_request::Identity;
 use std::sync::Arc;
