@@ -3,7 +3,7 @@
 //! issuer's keys, then `iss`, `exp`/`nbf`, audience, claim rules (CEL), the claim mappings
 //! (CEL) and user rules; and the issuer's JWKS document (`KeySet::parse`). The issuers are
 //! two of the test suite's (tests/it/jwt.rs), the key the tests' RSA key
-//! (crates/apigw-gateway/src/authn/jwt/testdata), so seeds signed with it verify.
+//! (crates/apigw-authn/src/jwt/testdata), so seeds signed with it verify.
 //!
 //! Input: a compact JWS; or `claims` and a line break, then claims as JSON (as if signed); or
 //! `jwks` and a line break, then a JWKS document.

@@ -128,7 +128,7 @@ spec:
 write("apiservice_manifest", "--- \n# nothing\n...\n")
 
 # JWTs: the tests' issuers, claims and RSA key (authn/jwt/testdata).
-KEY = os.path.join(REPO, "crates/apigw-gateway/src/authn/jwt/testdata/rsa-2048.pem")
+KEY = os.path.join(REPO, "crates/apigw-authn/src/jwt/testdata/rsa-2048.pem")
 NOW = 1_800_000_000
 
 

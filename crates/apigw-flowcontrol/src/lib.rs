@@ -30,7 +30,7 @@ use config::{FlowSchema, LevelKind, LimitResponse, PriorityLevel};
 use http::HeaderValue;
 pub use metrics::FlowMetrics;
 use metrics::SchemaMetrics;
-use queueset::{Mode, QueueSet, Reason, Seat, Start, Tag};
+use queueset::{Mode, QueueSet, Reason, Seat, Tag};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -459,30 +459,11 @@ impl FlowControl {
             arrived,
         };
         let m = &schema.metrics;
-        // The seat and whether it waited in a queue for it; or why not, and whether it waited.
-        let outcome = match level.set.start(hash, 1, tag, arrived, apiservice) {
-            Start::Run(seat) => Ok((seat, false)),
-            Start::Rejected(reason) => Err((reason, false)),
-            Start::Queued {
-                id: waiter,
-                queue,
-                rx,
-            } => {
-                m.inqueue.inc();
-                let deadline = tokio::time::Instant::from(arrived + self.wait_limit);
-                let waited = tokio::time::timeout_at(deadline, rx).await;
-                m.inqueue.dec();
-                match waited {
-                    Ok(Ok(seat)) => Ok((seat, true)),
-                    // Not dispatched within the wait limit: out of the queue, refused for
-                    // its APIService's share when the level had the seats.
-                    _ => {
-                        let reason = level.set.cancel(queue, waiter);
-                        Err((reason.unwrap_or(Reason::TimeOut), true))
-                    }
-                }
-            }
-        };
+        let deadline = arrived + self.wait_limit;
+        let outcome = level
+            .set
+            .acquire(hash, tag, deadline, apiservice, &m.inqueue)
+            .await;
         match outcome {
             Ok((seat, waited)) => {
                 // How long it waited; nothing when it was dispatched as it arrived.

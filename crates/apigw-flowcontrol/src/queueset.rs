@@ -213,8 +213,8 @@ impl Drop for Seat {
     }
 }
 
-/// What became of a new request.
-pub enum Start {
+/// What became of a new request as it arrived.
+enum Start {
     Run(Seat),
     /// Queued: wait on `rx`; if it never fires within the wait limit, [`QueueSet::cancel`].
     Queued {
@@ -406,12 +406,41 @@ impl QueueSet {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a request of flow `hash` needing `seats`, for `apiservice`'s backend if any;
-    /// the level's demand changes at `now` (the request's arrival).
-    pub fn start(
+    /// Admits a request of flow `hash`, for `apiservice`'s backend if any, that arrived at
+    /// `tag.arrived`: a seat at once, or after its turn in a queue, or the [`Reason`] it got
+    /// none by `deadline`. Either way, whether it waited in a queue; `waiting` counts it while
+    /// it does. The one way in: everything from arrival to a seat or a refusal is here.
+    pub async fn acquire(
         self: &Arc<Self>,
         hash: u64,
-        seats: usize,
+        tag: Tag,
+        deadline: Instant,
+        apiservice: Option<&str>,
+        waiting: &prometheus::IntGauge,
+    ) -> Result<(Seat, bool), (Reason, bool)> {
+        let arrived = tag.arrived;
+        match self.start(hash, tag, arrived, apiservice) {
+            Start::Run(seat) => Ok((seat, false)),
+            Start::Rejected(reason) => Err((reason, false)),
+            Start::Queued { id, queue, rx } => {
+                waiting.inc();
+                let waited = tokio::time::timeout_at(deadline.into(), rx).await;
+                waiting.dec();
+                match waited {
+                    Ok(Ok(seat)) => Ok((seat, true)),
+                    // Not dispatched by the deadline: out of the queue, refused for its
+                    // APIService's share when the level had the seats.
+                    _ => Err((self.cancel(queue, id).unwrap_or(Reason::TimeOut), true)),
+                }
+            }
+        }
+    }
+
+    /// Starts a request of flow `hash` (one seat), for `apiservice`'s backend if any; the
+    /// level's demand changes at `now` (the request's arrival).
+    fn start(
+        self: &Arc<Self>,
+        hash: u64,
         tag: Tag,
         now: Instant,
         apiservice: Option<&str>,
@@ -424,7 +453,7 @@ impl QueueSet {
         // Without a wait, it starts as it arrives.
         let running = Running {
             queue: None,
-            seats,
+            seats: 1,
             share,
             started: tag.arrived,
             tag,
@@ -545,7 +574,7 @@ impl QueueSet {
 
     /// Takes a waiter out of its queue (its wait ended): why it never started, its
     /// APIService's share when the level had its seats; None when it was dispatched first.
-    pub fn cancel(self: &Arc<Self>, queue: usize, id: u64) -> Option<Reason> {
+    fn cancel(self: &Arc<Self>, queue: usize, id: u64) -> Option<Reason> {
         let (reason, unwanted) = {
             let mut st = self.lock();
             let q = st.queues.get_mut(queue)?;
@@ -738,12 +767,12 @@ mod tests {
 
     /// A request of flow `hash` for no APIService.
     fn start(set: &Arc<QueueSet>, hash: u64) -> Start {
-        set.start(hash, 1, tag(), Instant::now(), None)
+        set.start(hash, tag(), Instant::now(), None)
     }
 
     /// A request of flow `hash` for `apiservice`.
     fn start_for(set: &Arc<QueueSet>, hash: u64, apiservice: &str) -> Start {
-        set.start(hash, 1, tag(), Instant::now(), Some(apiservice))
+        set.start(hash, tag(), Instant::now(), Some(apiservice))
     }
 
     fn queue_mode(queues: usize, hand_size: usize, queue_length_limit: usize) -> Mode {
@@ -766,6 +795,31 @@ mod tests {
             Start::Queued { id, queue, rx } => (id, queue, rx),
             _ => panic!("did not queue"),
         }
+    }
+
+    /// `acquire` is the whole admission: a queued request that a seat reaches in time runs,
+    /// one that none reaches is out of its queue at its deadline; both count as waiting only
+    /// while they wait.
+    #[tokio::test]
+    async fn acquire_waits_its_turn_until_the_deadline() {
+        let set = QueueSet::new(queue_mode(4, 1, 4), 1, None);
+        let waiting = prometheus::IntGauge::new("waiting", "waiting").unwrap();
+        let soon = || Instant::now() + std::time::Duration::from_millis(50);
+        let (held, queued) = set.acquire(1, tag(), soon(), None, &waiting).await.unwrap();
+        assert!(!queued, "a free seat is taken at once");
+        let refused = set.acquire(2, tag(), soon(), None, &waiting).await;
+        assert!(matches!(refused, Err((Reason::TimeOut, true))));
+        assert_eq!((waiting.get(), set.snapshot().waiting), (0, 0));
+
+        let later = Instant::now() + std::time::Duration::from_secs(30);
+        let release = async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            held.release(Instant::now());
+        };
+        let (admitted, ()) = tokio::join!(set.acquire(3, tag(), later, None, &waiting), release);
+        let (_seat, queued) = admitted.unwrap();
+        assert!(queued, "it waited for the released seat");
+        assert_eq!(waiting.get(), 0);
     }
 
     #[test]
