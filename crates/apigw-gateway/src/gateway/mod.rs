@@ -420,35 +420,40 @@ async fn start_cluster(
 fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>) {
     let mut concerns: Vec<Arc<dyn Reload>> =
         certs.into_iter().map(|c| c as Arc<dyn Reload>).collect();
-    concerns.push(gateway.clone());
+    let parts: [Part; 5] = [
+        |g| Some(&g.certs),
+        |g| Some(&g.authn),
+        |g| Some(&g.authz),
+        |g| Some(&*g.proxy),
+        |g| g.flow.as_deref().map(|f| f as &dyn Reload),
+    ];
+    concerns.extend(parts.into_iter().map(|part| {
+        Arc::new(Concern {
+            gateway: gateway.clone(),
+            part,
+        }) as Arc<dyn Reload>
+    }));
     apigw_core::reload::watch(concerns, Duration::from_secs(2));
 }
 
-/// The gateway's reloads are its concerns': client CAs, the token file and the authentication
-/// configuration, the RBAC policy, the delegate's token.
-impl Reload for Gateway {
+/// One of the gateway's concerns (client CAs, the token file and the authentication
+/// configuration, the RBAC policy, the delegate's token, flow control's file) as the watcher
+/// sees it: the watcher calls the concern whose set changed, so nothing is routed by name.
+struct Concern {
+    gateway: Arc<Gateway>,
+    part: Part,
+}
+
+/// Where in the gateway a concern is (None: not configured).
+type Part = fn(&Gateway) -> Option<&dyn Reload>;
+
+impl Reload for Concern {
     fn watched(&self) -> Vec<Watched> {
-        self.concerns().iter().flat_map(|c| c.watched()).collect()
+        (self.part)(&self.gateway).map_or_else(Vec::new, Reload::watched)
     }
 
     fn reload(&self, what: &str) -> Result<(), BoxError> {
-        for concern in self.concerns() {
-            if concern.watched().iter().any(|w| w.what == what) {
-                return concern.reload(what);
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Gateway {
-    fn concerns(&self) -> Vec<&dyn Reload> {
-        let mut concerns: Vec<&dyn Reload> =
-            vec![&self.certs, &self.authn, &self.authz, &*self.proxy];
-        if let Some(flow) = &self.flow {
-            concerns.push(&**flow);
-        }
-        concerns
+        (self.part)(&self.gateway).map_or(Ok(()), |c| c.reload(what))
     }
 }
 
