@@ -113,10 +113,12 @@ fn command() -> clap::Command {
             .fold(cmd, |cmd, id| cmd.mut_arg(id, |a| a.hide(true)))
             .after_help(note)
     };
+    let in_help = apigw_gateway::config::defaults::in_help;
     Cli::command()
+        .mut_subcommand("serve", in_help)
         .mut_subcommand("check", |c| {
             trim(
-                c,
+                in_help(c),
                 CHECK_LISTS,
                 "Every other flag of `apigw serve` is accepted too and checked as serve checks \
                  it, so a serve command line can be checked as it is (apigw serve --help lists \
@@ -125,7 +127,7 @@ fn command() -> clap::Command {
         })
         .mut_subcommand("doctor", |c| {
             trim(
-                c,
+                in_help(c),
                 DOCTOR_LISTS,
                 "Every other flag of `apigw serve` is accepted too, so doctor can be given the \
                  serve command line as it is (apigw serve --help lists them).",

@@ -26,6 +26,18 @@ pub enum LinkSettings {
     Webhook(WebhookSettings),
 }
 
+impl LinkSettings {
+    /// The authorizer's type as kube-apiserver spells it (`--authorization-mode`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::AlwaysAllow => "AlwaysAllow",
+            Self::AlwaysDeny => "AlwaysDeny",
+            Self::Rbac => "RBAC",
+            Self::Webhook(_) => "Webhook",
+        }
+    }
+}
+
 impl From<AuthzMode> for LinkSettings {
     /// An `--authorization-mode` entry; `Webhook` is the cluster's SubjectAccessReview API
     /// with kube-apiserver's flag defaults.

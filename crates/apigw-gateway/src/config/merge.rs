@@ -24,8 +24,8 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 /// The audit log's defaults: rotate at this many megabytes, keep this many rotated files.
-const AUDIT_MAX_SIZE_MB: u64 = 100;
-const AUDIT_MAX_BACKUPS: usize = 10;
+pub(super) const AUDIT_MAX_SIZE_MB: u64 = 100;
+pub(super) const AUDIT_MAX_BACKUPS: usize = 10;
 
 /// What merging has found so far, and where settings come from.
 struct Cx<'a> {
@@ -638,7 +638,7 @@ fn flowcontrol(
 }
 
 /// kube-apiserver's default `--max-mutating-requests-inflight`.
-const MAX_MUTATING_INFLIGHT: usize = 200;
+pub(super) const MAX_MUTATING_INFLIGHT: usize = 200;
 
 fn limits(f: &LimitsFlags, file: LimitsFlags, cx: &mut Cx) -> LimitsSettings {
     let d = LimitsSettings::default();

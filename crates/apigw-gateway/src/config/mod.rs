@@ -9,6 +9,7 @@
 //! [`ClusterSettings`]); here are the flags (`flags.rs`), the file (`file.rs`) and their merge,
 //! one function per section (`merge.rs`).
 
+pub mod defaults;
 mod file;
 mod merge;
 mod sections;

@@ -1,6 +1,7 @@
 //! Every setting of `apigw serve` and `apigw check`, each declared once: its flag
 //! (kube-apiserver's name), its key in the YAML file (the flag in camelCase), its type and its
-//! help, which `docs/configuration.md` is checked against. One struct per section, flattened
+//! help, which `docs/configuration.md` is checked against. A help names no default: the
+//! `[default: …]` of each is derived from the settings that apply it ([`super::defaults`]). One struct per section, flattened
 //! into [`Flags`] for clap and read by [`super::file`] for the file. `display_order` keeps
 //! `--help` listing the flags in one order across the sections (each flag its own place, which
 //! a test checks); the first flag of each section keeps the headings' order.
@@ -93,10 +94,10 @@ pub struct Flags {
 section! {
     /// Where the gateway listens and the certificate it serves.
     pub struct ServingFlags {
-        /// Address to listen on [default: 0.0.0.0].
+        /// Address to listen on.
         #[arg(long, help_heading = "Serving", display_order = 1)]
         pub bind_address: Option<IpAddr> = "bindAddress",
-        /// Port to listen on [default: 8443].
+        /// Port to listen on.
         #[arg(long, help_heading = "Serving", display_order = 2)]
         pub secure_port: Option<u16> = "securePort",
         /// Serving certificate (PEM, chain allowed); reloaded when it changes.
@@ -137,7 +138,7 @@ section! {
             display_order = 9
         )]
         pub requestheader_allowed_names: Vec<String> = "requestheaderAllowedNames",
-        /// Headers holding the user name [default: X-Remote-User].
+        /// Headers holding the user name.
         #[arg(
             long,
             help_heading = "Authentication",
@@ -145,7 +146,7 @@ section! {
             display_order = 10
         )]
         pub requestheader_username_headers: Vec<String> = "requestheaderUsernameHeaders",
-        /// Headers holding groups [default: X-Remote-Group].
+        /// Headers holding groups.
         #[arg(
             long,
             help_heading = "Authentication",
@@ -153,7 +154,7 @@ section! {
             display_order = 11
         )]
         pub requestheader_group_headers: Vec<String> = "requestheaderGroupHeaders",
-        /// Header prefixes holding extra attributes [default: X-Remote-Extra-].
+        /// Header prefixes holding extra attributes.
         #[arg(
             long,
             help_heading = "Authentication",
@@ -182,7 +183,7 @@ section! {
         /// Static service resolution NAME:PORT=ADDR:PORT (repeatable); TLS still verifies NAME.
         #[arg(long, help_heading = "Backends", display_order = 17)]
         pub resolve: Vec<String> = "resolve" as resolve_entries,
-        /// CA for backends whose APIService has no caBundle [default: the system roots].
+        /// CA for backends whose APIService has no caBundle; unset: the system roots.
         #[arg(long, help_heading = "Backends", display_order = 18)]
         pub service_ca_file: Option<PathBuf> = "serviceCaFile",
         /// Main API server for everything not aggregated and for Local APIServices.
@@ -238,14 +239,13 @@ section! {
         #[arg(long, help_heading = "Cluster mode", display_order = 24)]
         pub enable_aggregator_routing: bool = "enableAggregatorRouting",
         /// In cluster mode, how long other replicas wait after the Lease was last renewed before
-        /// taking it [default: 15s].
+        /// taking it.
         #[arg(long, help_heading = "Cluster mode", display_order = 25)]
         pub leader_elect_lease_duration: Option<String> = "leaderElectLeaseDuration",
-        /// In cluster mode, how long the leader keeps leading without a successful renewal
-        /// [default: 10s].
+        /// In cluster mode, how long the leader keeps leading without a successful renewal.
         #[arg(long, help_heading = "Cluster mode", display_order = 26)]
         pub leader_elect_renew_deadline: Option<String> = "leaderElectRenewDeadline",
-        /// In cluster mode, how often each replica tries to acquire or renew the Lease [default: 2s].
+        /// In cluster mode, how often each replica tries to acquire or renew the Lease.
         #[arg(long, help_heading = "Cluster mode", display_order = 27)]
         pub leader_elect_retry_period: Option<String> = "leaderElectRetryPeriod",
     }
@@ -255,7 +255,7 @@ section! {
     /// [`apigw_authz::AuthzSettings`].
     pub struct AuthzFlags {
         /// Authorizers in order (comma list): AlwaysAllow, AlwaysDeny, RBAC (objects from
-        /// --rbac-policy-file), Webhook (SubjectAccessReview; cluster mode) [default: AlwaysAllow].
+        /// --rbac-policy-file), Webhook (SubjectAccessReview; cluster mode).
         #[arg(
             long,
             help_heading = "Authorization",
@@ -282,10 +282,10 @@ section! {
 section! {
     /// [`apigw_availability::Settings`].
     pub struct AvailabilityFlags {
-        /// How often the availability controller checks each APIService [default: 30s].
+        /// How often the availability controller checks each APIService.
         #[arg(long, help_heading = "Backends", display_order = 32)]
         pub availability_check_interval: Option<String> = "availabilityCheckInterval",
-        /// How long one availability check may take [default: 5s].
+        /// How long one availability check may take.
         #[arg(long, help_heading = "Backends", display_order = 33)]
         pub availability_check_timeout: Option<String> = "availabilityCheckTimeout",
     }
@@ -294,17 +294,17 @@ section! {
 section! {
     /// [`apigw_core::server::ServerSettings`] (but the listen address: [`ServingFlags`]).
     pub struct ServerFlags {
-        /// After SIGTERM, keep accepting (while /readyz fails) for this long [default: 0s].
+        /// After SIGTERM, keep accepting (while /readyz fails) for this long.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 35)]
         pub shutdown_delay_duration: Option<String> = "shutdownDelayDuration",
-        /// After accepting stops, how long in-flight requests may take to finish [default: 30s].
+        /// After accepting stops, how long in-flight requests may take to finish.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 36)]
         pub shutdown_grace_period: Option<String> = "shutdownGracePeriod",
-        /// Open connections from one client address [default: 0, no limit].
+        /// Open connections from one client address; 0: no limit.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 47)]
         pub max_connections_per_client: Option<usize> = "maxConnectionsPerClient",
         /// Connection worker threads, each a single-threaded runtime that keeps its connections
-        /// [default: the CPUs the process may use; 0: serve on the shared runtime].
+        /// (0: serve on the shared runtime); unset: the CPUs the process may use.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 48)]
         pub worker_threads: Option<usize> = "workerThreads",
     }
@@ -314,18 +314,18 @@ section! {
     /// [`apigw_core::server::LimitsSettings`].
     pub struct LimitsFlags {
         /// Bound on a request that is not long-running, end to end from its start: 504 before
-        /// the response head, the response cut after [default: 60s].
+        /// the response head, the response cut after.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
         pub request_timeout: Option<String> = "requestTimeout",
-        /// Requests in flight at once, long-running ones exempt; then 429 [default: 400; 0: no limit].
+        /// Requests in flight at once, long-running ones exempt; then 429; 0: no limit.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 45)]
         pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
         /// With API Priority and Fairness, the priority levels share this plus
-        /// --max-requests-inflight seats, as kube-apiserver's [default: 200].
+        /// --max-requests-inflight seats, as kube-apiserver's.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 44)]
         pub max_mutating_requests_inflight: Option<usize> = "maxMutatingRequestsInflight",
         /// API Priority and Fairness: classify requests by FlowSchema into priority levels
-        /// with fair queues, as kube-apiserver [default: true].
+        /// with fair queues, as kube-apiserver.
         #[arg(
             long,
             help_heading = "Limits and timeouts",
@@ -338,7 +338,7 @@ section! {
         /// seats, in percent of the level's nominal seats: past it, its requests borrow idle
         /// seats only while no other party's request waits and half of what the share leaves
         /// to the others stays free, so a stalled backend cannot take them all (1 to 100; 100:
-        /// no share) [default: 50].
+        /// no share).
         #[arg(long, help_heading = "Limits and timeouts", display_order = 43)]
         pub max_apiservice_seats_percent: Option<u32> = "maxApiserviceSeatsPercent",
         /// With API Priority and Fairness, FlowSchemas and PriorityLevelConfigurations (v1
@@ -346,7 +346,7 @@ section! {
         /// they change.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 42)]
         pub flowcontrol_config: Option<PathBuf> = "flowcontrolConfig",
-        /// Requests in flight at once from one client address [default: 0, no limit].
+        /// Requests in flight at once from one client address; 0: no limit.
         #[arg(long, help_heading = "Limits and timeouts", display_order = 46)]
         pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",
         /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
@@ -361,7 +361,7 @@ section! {
         /// Serve /metrics (and health) without authentication on this plain-HTTP address too.
         #[arg(long, help_heading = "Logs, metrics and audit", display_order = 37)]
         pub metrics_bind_address: Option<SocketAddr> = "metricsBindAddress",
-        /// Log format: text or json [default: text] (--logging-format is kube's name).
+        /// Log format: text or json (--logging-format is kube's name).
         #[arg(
             long,
             help_heading = "Logs, metrics and audit",
@@ -378,13 +378,13 @@ section! {
         /// Audit log file, or - for stdout; no audit log when unset.
         #[arg(long, help_heading = "Logs, metrics and audit", display_order = 50)]
         pub audit_log_path: Option<String> = "auditLogPath",
-        /// Rotate the audit log file at this many megabytes [default: 100].
+        /// Rotate the audit log file at this many megabytes.
         #[arg(long, help_heading = "Logs, metrics and audit", display_order = 51)]
         pub audit_log_maxsize: Option<u64> = "auditLogMaxsize",
-        /// Rotated audit log files to keep [default: 10].
+        /// Rotated audit log files to keep.
         #[arg(long, help_heading = "Logs, metrics and audit", display_order = 52)]
         pub audit_log_maxbackup: Option<usize> = "auditLogMaxbackup",
-        /// audit.k8s.io/v1 Policy choosing levels (None or Metadata) [default: Metadata for all].
+        /// audit.k8s.io/v1 Policy choosing levels (None or Metadata); unset: Metadata for all.
         #[arg(long, help_heading = "Logs, metrics and audit", display_order = 53)]
         pub audit_policy_file: Option<PathBuf> = "auditPolicyFile",
     }
