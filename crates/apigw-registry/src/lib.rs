@@ -16,7 +16,7 @@ pub use apiservice::{
 pub use backend::{
     attach, Backend, Orphan, API_VERSION as BACKEND_API_VERSION, KIND as BACKEND_KIND,
 };
-pub use manifests::{load_dir, parse_manifest, watch_dir, Manifest, ManifestError};
+pub use manifests::{load_dir, parse_manifest, Manifest, ManifestDir, ManifestError};
 
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;

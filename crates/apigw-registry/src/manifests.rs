@@ -5,8 +5,9 @@
 //! and the last good registry stays in force.
 
 use super::{attach, ApiService, Backend, Registry, Snapshot, BACKEND_KIND};
+use apigw_core::body::BoxError;
+use apigw_core::reload::Reload;
 use apigw_core::yaml::manifest_files;
-use notify::{RecursiveMode, Watcher};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -296,7 +297,7 @@ fn scalar_at(text: &str, line: usize, column: usize) -> Option<String> {
 
 /// What a watch remembers between loads of its directory.
 #[derive(Debug, Default)]
-struct Watched {
+struct Held {
     /// The non-blank text of every file in the set last put in force.
     applied: HashMap<PathBuf, String>,
     /// Files found blank while `applied` still has content for them, with when that was first
@@ -317,7 +318,7 @@ struct Load {
     recheck: Option<Instant>,
 }
 
-impl Watched {
+impl Held {
     /// Loads `dir` as [`load_dir`] does, except that a file that became blank keeps the text
     /// last put in force until it has been blank for [`EMPTIED_FILE_SETTLE`] (from `now`).
     fn load(&mut self, dir: &Path, now: Instant) -> Load {
@@ -379,55 +380,54 @@ impl Watched {
     }
 }
 
-/// Loads `dir` into `registry` now, then again whenever a file in it changes (debounced), until
-/// the returned watcher is dropped. Bad sets are logged and leave the registry as it was; a file
+/// The manifest directory as a [`Reload`] concern: loaded into the registry when made, then
+/// again whenever a file in it changes ([`apigw_core::reload::watch`], the one mechanism every
+/// watched file goes through). Bad sets are logged and leave the registry as it was; a file
 /// that became empty keeps its last good content for [`EMPTIED_FILE_SETTLE`].
-pub fn watch_dir(
+pub struct ManifestDir {
     dir: PathBuf,
     registry: Arc<Registry>,
-) -> notify::Result<notify::RecommendedWatcher> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Reading the files ourselves raises access events; only changes matter.
-        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            let _ = tx.send(());
+    held: std::sync::Mutex<(Held, Option<Instant>)>,
+}
+
+impl ManifestDir {
+    /// What the directory's set is called in the logs.
+    const WHAT: &'static str = "APIService manifests";
+
+    /// Loads `dir` into `registry` now.
+    pub fn load(dir: PathBuf, registry: Arc<Registry>) -> Self {
+        let mut watched = Held::default();
+        let recheck = apply(&dir, &registry, &mut watched);
+        Self {
+            dir,
+            registry,
+            held: std::sync::Mutex::new((watched, recheck)),
         }
-    })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-    let watched = Arc::new(std::sync::Mutex::new(Watched::default()));
-    let mut recheck = apply(&dir, &registry, &watched);
-    tokio::spawn(async move {
-        loop {
-            let settled = async {
-                match recheck {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                event = rx.recv() => {
-                    if event.is_none() {
-                        break;
-                    }
-                    // Editors and `kubectl cp` write in bursts: let the burst settle, then
-                    // load once.
-                    tokio::time::sleep(Duration::from_millis(150)).await;
-                    while rx.try_recv().is_ok() {}
-                }
-                () = settled => {}
-            }
-            let (dir, registry, watched) = (dir.clone(), registry.clone(), watched.clone());
-            recheck = tokio::task::spawn_blocking(move || apply(&dir, &registry, &watched))
-                .await
-                .unwrap_or(None);
-        }
-    });
-    Ok(watcher)
+    }
+}
+
+impl Reload for ManifestDir {
+    fn watched(&self) -> Vec<apigw_core::reload::Watched> {
+        vec![apigw_core::reload::Watched {
+            what: Self::WHAT,
+            files: vec![self.dir.clone()],
+        }]
+    }
+
+    fn reload(&self, _what: &str) -> Result<(), BoxError> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (watched, recheck) = &mut *held;
+        *recheck = apply(&self.dir, &self.registry, watched);
+        Ok(())
+    }
+
+    fn recheck(&self) -> Option<Instant> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
 }
 
 /// Loads the directory into the registry; returns when to load again for a held file.
-fn apply(dir: &Path, registry: &Registry, watched: &std::sync::Mutex<Watched>) -> Option<Instant> {
-    let mut watched = watched.lock().unwrap_or_else(|e| e.into_inner());
+fn apply(dir: &Path, registry: &Registry, watched: &mut Held) -> Option<Instant> {
     let load = watched.load(dir, Instant::now());
     match load.result {
         Ok(services) => {
@@ -600,7 +600,7 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
     /// One load by a watch at `now`, put in force when valid, as `apply` does: the names
     /// loaded and the files released.
     fn step(
-        w: &mut Watched,
+        w: &mut Held,
         dir: &Path,
         now: Instant,
     ) -> (Vec<String>, Vec<PathBuf>, Option<Instant>) {
@@ -624,7 +624,7 @@ spec: {group: a.example.com, version: v1, groupPriorityMinimum: 100, versionPrio
         .unwrap();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut w = Watched::default();
+        let mut w = Held::default();
         let both = vec!["v1.a.example.com".to_string(), "v1.b.example.com".into()];
         assert_eq!(step(&mut w, dir.path(), t0), (both.clone(), vec![], None));
 

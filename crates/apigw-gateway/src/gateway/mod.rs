@@ -250,18 +250,18 @@ pub async fn run(
         Some(c) => Some(start_cluster(&gateway, c).await?),
         None => None,
     };
-    let _watcher = match &cfg.apiservice_dir {
-        Some(dir) => Some(
-            apigw_registry::watch_dir(dir.clone(), registry.clone())
-                .with_context(|| format!("watching {}", dir.display()))?,
-        ),
+    let manifests = match &cfg.apiservice_dir {
+        Some(dir) => Some(Arc::new(apigw_registry::ManifestDir::load(
+            dir.clone(),
+            registry.clone(),
+        ))),
         None if cluster.is_some() => None,
         None => {
             registry.replace(apigw_registry::Snapshot::default());
             None
         }
     };
-    watch_files(&gateway, built.reloading);
+    watch_files(&gateway, built.reloading, manifests);
     if let Some(issuers) = &gateway.authn.jwt {
         issuers.spawn_refresh();
     }
@@ -416,10 +416,16 @@ async fn start_cluster(
 }
 
 /// Every file that applies when it changes, in one task: the serving and proxy client
-/// certificates, and what each of the gateway's concerns owns ([`Reload`]).
-fn watch_files(gateway: &Arc<Gateway>, certs: Vec<Arc<ReloadingCert>>) {
+/// certificates, the APIService manifest directory, and what each of the gateway's concerns
+/// owns ([`Reload`]).
+fn watch_files(
+    gateway: &Arc<Gateway>,
+    certs: Vec<Arc<ReloadingCert>>,
+    manifests: Option<Arc<apigw_registry::ManifestDir>>,
+) {
     let mut concerns: Vec<Arc<dyn Reload>> =
         certs.into_iter().map(|c| c as Arc<dyn Reload>).collect();
+    concerns.extend(manifests.map(|m| m as Arc<dyn Reload>));
     let parts: [Part; 5] = [
         |g| Some(&g.certs),
         |g| Some(&g.authn),
