@@ -112,7 +112,8 @@ impl FlowControl {
                     r.index.to_string(),
                     classify::distinguisher(t.distinguisher, &t.user, &t.attrs).to_string(),
                     rfc3339(wall(t.arrived)),
-                    r.seats.to_string(),
+                    // InitialSeats: every request apigw admits takes one.
+                    "1".into(),
                     "0".into(),
                     "0s".into(),
                     r.started

@@ -85,7 +85,6 @@ pub struct Tag {
 pub struct Dumped {
     pub queue: i64,
     pub index: i64,
-    pub seats: usize,
     pub tag: Tag,
     pub started: Option<Instant>,
 }
@@ -93,10 +92,11 @@ pub struct Dumped {
 struct State {
     /// Seats: the level's concurrency limit, as borrowing last set it.
     limit: usize,
-    seats_in_use: usize,
-    /// Seats the waiting requests need.
-    waiting_seats: usize,
+    /// Requests waiting in the queues.
+    waiting: usize,
     demand: Demand,
+    /// Requests executing, each on one seat (as upstream's width estimate gives every
+    /// request apigw proxies: no list or watch is served here).
     executing: usize,
     /// The executing requests, by their seat's slot.
     running: Vec<Option<Running>>,
@@ -119,7 +119,7 @@ struct State {
     shares: Vec<Option<Share>>,
     /// The slot of the share found last.
     last_share: usize,
-    /// Seats the waiting requests of no APIService need.
+    /// Waiting requests of no APIService.
     unshared_waiting: usize,
 }
 
@@ -128,14 +128,13 @@ struct Share {
     name: Arc<str>,
     /// Seats its executing requests hold.
     held: usize,
-    /// Seats its waiting requests need.
+    /// Its waiting requests.
     waiting: usize,
 }
 
 /// A request executing (or about to): what the dump shows, and what it gives back.
 struct Running {
     queue: Option<usize>,
-    seats: usize,
     share: Option<usize>,
     tag: Tag,
     started: Instant,
@@ -151,7 +150,6 @@ struct Queue {
 
 struct Waiter {
     id: u64,
-    seats: usize,
     /// Its APIService's share.
     share: Option<usize>,
     tag: Tag,
@@ -160,19 +158,18 @@ struct Waiter {
     tx: oneshot::Sender<Seat>,
 }
 
-/// A request running on the level: its seats, given back by [`Seat::release`] or when
+/// A request running on the level: its seat, given back by [`Seat::release`] or when
 /// dropped.
 pub struct Seat {
     set: Arc<QueueSet>,
     slot: usize,
     queue: Option<usize>,
-    seats: usize,
     share: Option<usize>,
     given_back: bool,
 }
 
 impl Seat {
-    /// Gives the seats back; the level's demand changes at `now`.
+    /// Gives the seat back; the level's demand changes at `now`.
     pub fn release(mut self, now: Instant) {
         self.give_back(now);
     }
@@ -181,7 +178,6 @@ impl Seat {
         self.given_back = true;
         let unwanted = {
             let mut st = self.set.lock();
-            st.seats_in_use = st.seats_in_use.saturating_sub(self.seats);
             st.executing = st.executing.saturating_sub(1);
             if let Some(running) = st.running.get_mut(self.slot) {
                 *running = None;
@@ -191,9 +187,9 @@ impl Seat {
                 q.executing = q.executing.saturating_sub(1);
             }
             if let Some(share) = st.share_mut(self.share) {
-                share.held = share.held.saturating_sub(self.seats);
+                share.held = share.held.saturating_sub(1);
             }
-            let unwanted = match st.waiting_seats {
+            let unwanted = match st.waiting {
                 0 => Vec::new(),
                 _ => self.set.dispatch(&mut st),
             };
@@ -241,7 +237,7 @@ pub struct Snapshot {
 impl State {
     /// Records the seat demand after a change at `now`: seats held and seats waited for.
     fn note_demand(&mut self, now: Instant) {
-        let demand = self.seats_in_use + self.waiting_seats;
+        let demand = self.executing + self.waiting;
         self.demand.set(demand, now);
     }
 
@@ -279,27 +275,23 @@ impl State {
         self.shares.get_mut(at?)?.as_mut()
     }
 
-    /// Whether the level has `seats` free (a request wider than the whole level runs alone).
-    fn fits(&self, seats: usize) -> bool {
-        if seats > self.limit {
-            return self.executing == 0;
-        }
-        self.seats_in_use + seats <= self.limit
+    /// Whether the level has a seat free (a level of none runs one request at a time).
+    fn fits(&self) -> bool {
+        self.executing < self.limit.max(1)
     }
 
-    /// Whether a request of share `at` needing `seats` may take them as far as its share is
-    /// concerned: within the share's `cap` (a request wider than the cap runs alone), or past
-    /// it while no other party's request that could start waits and, after it, the reserve
-    /// stays free.
-    fn share_allows(&self, at: Option<usize>, seats: usize, cap: usize) -> bool {
+    /// Whether a request of share `at` may take a seat as far as its share is concerned:
+    /// within the share's `cap` (a share of none runs one request at a time), or past it while
+    /// no other party's request that could start waits and, after it, the reserve stays free.
+    fn share_allows(&self, at: Option<usize>, cap: usize) -> bool {
         let Some(share) = at.and_then(|at| self.shares.get(at)?.as_ref()) else {
             return true;
         };
-        if share.held + seats <= cap || share.held == 0 {
+        if share.held < cap.max(1) {
             return true;
         }
         let reserve = self.limit.saturating_sub(cap) / 2;
-        self.seats_in_use + seats + reserve <= self.limit && !self.others_could_start(at, cap)
+        self.executing + 1 + reserve <= self.limit && !self.others_could_start(at, cap)
     }
 
     /// Whether a request of another party than share `me` waits and could start as far as
@@ -314,20 +306,20 @@ impl State {
             })
     }
 
-    /// Whether a request of share `at` needing `seats` may start now.
-    fn may_start(&self, at: Option<usize>, seats: usize, cap: usize) -> bool {
-        self.fits(seats) && self.share_allows(at, seats, cap)
+    /// Whether a request of share `at` may start now.
+    fn may_start(&self, at: Option<usize>, cap: usize) -> bool {
+        self.fits() && self.share_allows(at, cap)
     }
 
-    /// Counts `seats` more (or, `waits` false, fewer) waiting for share `at`.
-    fn count_waiting(&mut self, at: Option<usize>, seats: usize, waits: bool) {
+    /// Counts one more (or, `waits` false, one fewer) request waiting for share `at`.
+    fn count_waiting(&mut self, at: Option<usize>, waits: bool) {
         let count = |n: &mut usize| {
             *n = match waits {
-                true => *n + seats,
-                false => n.saturating_sub(seats),
+                true => *n + 1,
+                false => n.saturating_sub(1),
             }
         };
-        count(&mut self.waiting_seats);
+        count(&mut self.waiting);
         match self.share_mut(at) {
             Some(share) => count(&mut share.waiting),
             None => count(&mut self.unshared_waiting),
@@ -347,8 +339,7 @@ impl QueueSet {
             share_cap,
             state: Mutex::new(State {
                 limit,
-                seats_in_use: 0,
-                waiting_seats: 0,
+                waiting: 0,
                 demand: Demand::new(Instant::now()),
                 executing: 0,
                 running: Vec::new(),
@@ -453,7 +444,6 @@ impl QueueSet {
         // Without a wait, it starts as it arrives.
         let running = Running {
             queue: None,
-            seats: 1,
             share,
             started: tag.arrived,
             tag,
@@ -486,15 +476,13 @@ impl QueueSet {
         running: Running,
         now: Instant,
     ) -> (Start, Vec<Seat>) {
-        let (seats, share, cap) = (running.seats, running.share, self.cap());
+        let (share, cap) = (running.share, self.cap());
         let start = match self.mode {
             Mode::Exempt => Start::Run(self.run(st, running, now)),
-            Mode::Reject if st.may_start(share, seats, cap) => {
-                Start::Run(self.run(st, running, now))
-            }
+            Mode::Reject if st.may_start(share, cap) => Start::Run(self.run(st, running, now)),
             Mode::Reject => {
                 st.rejected += 1;
-                Start::Rejected(match st.fits(seats) {
+                Start::Rejected(match st.fits() {
                     true => Reason::ApiServiceLimit,
                     false => Reason::ConcurrencyLimit,
                 })
@@ -508,7 +496,7 @@ impl QueueSet {
                     st.rejected += 1;
                     return (Start::Rejected(Reason::QueueFull), Vec::new());
                 };
-                let may_start = st.waiting_seats == 0 && st.may_start(share, seats, cap);
+                let may_start = st.waiting == 0 && st.may_start(share, cap);
                 if !may_start && st.queues[chosen].waiting.len() >= queue_length_limit {
                     st.rejected += 1;
                     return (Start::Rejected(Reason::QueueFull), Vec::new());
@@ -531,12 +519,11 @@ impl QueueSet {
                 let id = st.next_id;
                 st.queues[chosen].waiting.push_back(Waiter {
                     id,
-                    seats,
                     share,
                     tag: running.tag,
                     tx,
                 });
-                st.count_waiting(share, seats, true);
+                st.count_waiting(share, true);
                 let unwanted = self.dispatch(st);
                 st.note_demand(now);
                 let queued = Start::Queued {
@@ -559,7 +546,7 @@ impl QueueSet {
         }
         let offset = st.enqueues % len;
         st.enqueues = st.enqueues.wrapping_add(1);
-        if st.waiting_seats == 0 {
+        if st.waiting == 0 {
             // Nothing waits: every queue has the same (no) waiting work, so the search ends
             // where it starts, and the hand need only be dealt that far.
             return card(hash, queues, offset).map(usize::from);
@@ -567,7 +554,7 @@ impl QueueSet {
         let hand = deal(hash, queues, hand_size);
         let hand = hand.as_slice();
         let in_order = hand[offset..].iter().chain(&hand[..offset]);
-        let work = |q: usize| -> usize { st.queues[q].waiting.iter().map(|w| w.seats).sum() };
+        let work = |q: usize| -> usize { st.queues[q].waiting.len() };
         // The first of the least, as a strict comparison in search order keeps it.
         in_order.map(|&q| usize::from(q)).min_by_key(|&q| work(q))
     }
@@ -580,11 +567,11 @@ impl QueueSet {
             let q = st.queues.get_mut(queue)?;
             let at = q.waiting.iter().position(|w| w.id == id)?;
             let waiter = q.waiting.remove(at)?;
-            let reason = match st.fits(waiter.seats) {
+            let reason = match st.fits() {
                 true => Reason::ApiServiceLimit,
                 false => Reason::TimeOut,
             };
-            st.count_waiting(waiter.share, waiter.seats, false);
+            st.count_waiting(waiter.share, false);
             st.rejected += 1;
             // Its going may let another APIService borrow past its share.
             let unwanted = self.dispatch(&mut st);
@@ -596,11 +583,10 @@ impl QueueSet {
     }
 
     fn run(self: &Arc<Self>, st: &mut State, running: Running, now: Instant) -> Seat {
-        let (queue, seats, share) = (running.queue, running.seats, running.share);
+        let (queue, share) = (running.queue, running.share);
         if let Some(held) = st.share_mut(share) {
-            held.held += seats;
+            held.held += 1;
         }
-        st.seats_in_use += seats;
         st.executing += 1;
         st.dispatched += 1;
         let slot = match st.free.pop() {
@@ -620,7 +606,6 @@ impl QueueSet {
             set: self.clone(),
             slot,
             queue,
-            seats,
             share,
             given_back: false,
         }
@@ -635,7 +620,7 @@ impl QueueSet {
         let mut unwanted = Vec::new();
         let cap = self.cap();
         loop {
-            if st.waiting_seats == 0 {
+            if st.waiting == 0 {
                 return unwanted;
             }
             let n = st.queues.len();
@@ -646,10 +631,10 @@ impl QueueSet {
                 let Some(head) = queue.waiting.front() else {
                     continue;
                 };
-                if !st.share_allows(head.share, head.seats, cap) {
+                if !st.share_allows(head.share, cap) {
                     continue;
                 }
-                let finish = queue.next + head.seats as f64 * SERVICE;
+                let finish = queue.next + SERVICE;
                 if best.is_none_or(|(_, f)| finish < f) {
                     best = Some((q, finish));
                 }
@@ -657,18 +642,16 @@ impl QueueSet {
             let Some((q, _)) = best else {
                 return unwanted;
             };
-            let seats = st.queues[q].waiting.front().map_or(1, |w| w.seats);
-            if !st.fits(seats) {
+            if !st.fits() {
                 return unwanted;
             }
             let Some(waiter) = st.queues[q].waiting.pop_front() else {
                 return unwanted;
             };
-            st.count_waiting(waiter.share, seats, false);
+            st.count_waiting(waiter.share, false);
             let now = Instant::now();
             let running = Running {
                 queue: None,
-                seats,
                 share: waiter.share,
                 tag: waiter.tag,
                 started: now,
@@ -685,7 +668,7 @@ impl QueueSet {
         st.robin = q;
         let start = st.queues[q].next;
         st.now = st.now.max(start);
-        st.queues[q].next = start + running.seats as f64 * SERVICE;
+        st.queues[q].next = start + SERVICE;
         st.queues[q].executing += 1;
         let running = Running {
             queue: Some(q),
@@ -707,7 +690,6 @@ impl QueueSet {
                 .map(move |r| Dumped {
                     queue: queue.map_or(-1, |q| q as i64),
                     index: -1,
-                    seats: r.seats,
                     tag: r.tag.clone(),
                     started: Some(r.started),
                 })
@@ -717,7 +699,6 @@ impl QueueSet {
                 out.push(Dumped {
                     queue: i as i64,
                     index: at as i64,
-                    seats: w.seats,
                     tag: w.tag.clone(),
                     started: None,
                 });
@@ -735,7 +716,7 @@ impl QueueSet {
             active_queues: st.queues.iter().filter(|q| !q.waiting.is_empty()).count(),
             waiting: st.queues.iter().map(|q| q.waiting.len()).sum(),
             executing: st.executing,
-            seats_in_use: st.seats_in_use,
+            seats_in_use: st.executing,
             dispatched: st.dispatched,
             rejected: st.rejected,
             queues: st
