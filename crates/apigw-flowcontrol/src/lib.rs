@@ -3,7 +3,8 @@
 //! each request is classified by FlowSchema ([`classify`]) into a priority level, whose seats
 //! (its share of `--max-requests-inflight` + `--max-mutating-requests-inflight`) and fair
 //! queues ([`queueset`]) decide when it runs, so that one noisy flow cannot starve the
-//! others. A full level answers 429 with `Retry-After`; every classified answer carries
+//! others; one call admits a request, `QueueSet::acquire`, from its arrival to a seat or a
+//! refusal. A full level answers 429 with `Retry-After`; every classified answer carries
 //! `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`. Watches hold
 //! their seat until established; other long-running requests bypass APF, as upstream's.
 //! Every 10 s the levels lend the seats they do not need to those that need more

@@ -9,7 +9,6 @@ mod backend;
 mod manifests;
 
 pub use apigw_core::names::{dns1123_subdomain, InvalidName};
-pub use apigw_request::Policy;
 pub use apiservice::{
     ApiService, FieldError, ServiceRef, LONG_RUNNING_SUBRESOURCES, REQUEST_TIMEOUT,
 };
