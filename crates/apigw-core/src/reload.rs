@@ -99,14 +99,17 @@ pub fn watch(concerns: Vec<Arc<dyn Reload>>, period: Duration) {
             }),
         })
         .collect();
-    let watcher = watcher.and_then(|mut watcher| {
-        for dir in &dirs {
-            watcher.watch(dir, RecursiveMode::NonRecursive)?;
-        }
-        Ok(watcher)
-    });
+    // A directory that cannot be watched is still looked at every period; the others keep
+    // their events.
     let watcher = match watcher {
-        Ok(w) => Some(w),
+        Ok(mut watcher) => {
+            for dir in &dirs {
+                if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+                    tracing::warn!(dir = %dir.display(), error = %e, ?period, "cannot watch with inotify: checked every period only");
+                }
+            }
+            Some(watcher)
+        }
         Err(e) => {
             tracing::warn!(error = %e, ?period, "inotify is not available: files are checked every period only");
             None
