@@ -1,5 +1,6 @@
 //! Go-style durations (`500ms`, `30s`, `1m30s`, `1.5h`), as kube's flags and its
-//! configuration files (`metav1.Duration`) write them: one parser for every setting.
+//! configuration files (`metav1.Duration`) write them: one parser for every setting, and the
+//! form the help writes defaults in.
 
 use std::time::Duration;
 
@@ -7,6 +8,15 @@ use std::time::Duration;
 /// years), the type kube's flags parse into. Anything longer is an error, never a wrap or a
 /// panic, and every deadline computed from a setting stays representable.
 pub const MAX_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
+/// A duration as the flags take it: whole seconds as `30s` (`0s` for none), otherwise
+/// milliseconds as `1500ms`; [`parse_duration`] reads both back.
+pub fn format_duration(d: Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{}s", d.as_secs()),
+        _ => format!("{}ms", d.as_millis()),
+    }
+}
 
 /// Parses a Go-style duration as kube flags take them: `500ms`, `30s`, `5m`, `1h`, `1m30s`,
 /// `1.5h` (also `ns`, `us`, `µs`), up to [`MAX_DURATION`]. Exact integer arithmetic: no input

@@ -9,10 +9,10 @@ use super::LogSettings;
 use crate::cluster::LeaderElection;
 use apigw_authn::RequestHeaderSettings;
 use apigw_authz::AuthzSettings;
+use apigw_core::duration::format_duration as go;
 use apigw_core::server::{LimitsSettings, ServerSettings};
 use apigw_flowcontrol::FlowControlSettings;
 use clap::Command;
-use std::time::Duration;
 
 /// Each flag with a default, by its argument id, and the default as a user would write it.
 pub fn defaults() -> Vec<(&'static str, String)> {
@@ -88,12 +88,4 @@ pub fn in_help(cmd: Command) -> Command {
             arg.help(format!("{help} [default: {default}]"))
         })
     })
-}
-
-/// A duration as the flags take it (Go's form for whole seconds: `30s`, `0s`).
-fn go(d: Duration) -> String {
-    match d.subsec_millis() {
-        0 => format!("{}s", d.as_secs()),
-        _ => format!("{}ms", d.as_millis()),
-    }
 }
