@@ -29,12 +29,13 @@ pub enum LinkSettings {
 impl LinkSettings {
     /// The authorizer's type as kube-apiserver spells it (`--authorization-mode`).
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::AlwaysAllow => "AlwaysAllow",
-            Self::AlwaysDeny => "AlwaysDeny",
-            Self::Rbac => "RBAC",
-            Self::Webhook(_) => "Webhook",
-        }
+        let mode = match self {
+            Self::AlwaysAllow => AuthzMode::AlwaysAllow,
+            Self::AlwaysDeny => AuthzMode::AlwaysDeny,
+            Self::Rbac => AuthzMode::Rbac,
+            Self::Webhook(_) => AuthzMode::Webhook,
+        };
+        mode.name()
     }
 }
 
@@ -98,16 +99,32 @@ impl AuthzSettings {
 }
 
 impl AuthzMode {
+    /// Every mode, in the order the flag's error lists them.
+    const ALL: [Self; 4] = [
+        Self::AlwaysAllow,
+        Self::AlwaysDeny,
+        Self::Rbac,
+        Self::Webhook,
+    ];
+
+    /// Its name in `--authorization-mode`, as kube-apiserver spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AlwaysAllow => "AlwaysAllow",
+            Self::AlwaysDeny => "AlwaysDeny",
+            Self::Rbac => "RBAC",
+            Self::Webhook => "Webhook",
+        }
+    }
+
     /// The mode `--authorization-mode` names `name`.
     pub fn from_flag(name: &str) -> Result<Self, String> {
-        match name {
-            "AlwaysAllow" => Ok(Self::AlwaysAllow),
-            "AlwaysDeny" => Ok(Self::AlwaysDeny),
-            "RBAC" => Ok(Self::Rbac),
-            "Webhook" => Ok(Self::Webhook),
-            other => Err(format!(
-                "unknown mode {other:?} (AlwaysAllow, AlwaysDeny, RBAC, Webhook)"
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.into_iter().map(Self::name).collect();
+                format!("unknown mode {name:?} ({})", names.join(", "))
+            })
     }
 }
