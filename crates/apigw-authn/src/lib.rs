@@ -9,11 +9,13 @@
 //! ([`IdentityHeaders`]).
 
 mod attempts;
+mod flags;
 #[doc(hidden)]
 pub mod fuzzing;
 mod remote;
 mod settings;
 pub use attempts::Attempts;
+pub use flags::AuthnFlags;
 pub use remote::JwtIssuers;
 pub use settings::{
     load_jwt, AuthnFiles, AuthnLoadError, AuthnSettings, JwtLoadError, RequestHeaderSettings,

@@ -12,11 +12,13 @@
 //! reads as kube-apiserver's.
 
 pub mod config;
+mod flags;
 pub mod impersonation;
 pub mod rbac;
 mod selector;
 mod settings;
 pub mod webhook;
+pub use flags::AuthzFlags;
 pub use settings::{AuthzSettings, LinkSettings};
 
 pub use rbac::PolicyError;

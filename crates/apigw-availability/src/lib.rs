@@ -15,6 +15,7 @@ mod metrics;
 mod settings;
 pub use members::{resource_key, Member, Members};
 pub use metrics::AvailabilityMetrics;
+pub use settings::AvailabilityFlags;
 
 use apigw_proxy::fetch::{Answer, Fetcher, AGGREGATED_ACCEPT};
 use apigw_proxy::Proxy;

@@ -1,7 +1,7 @@
 //! HTTP and TLS basics shared by the gateway, the sample server and the bench: the streaming
 //! body type, `kind: Status` errors, TLS configs and certificate verification, the one serve
 //! loop (TLS or plain) with its limits and graceful drain, YAML, the API machinery the served
-//! APIs share and Kubernetes' naming rules, files that apply when they change, reading certificates back, the dev PKI (the
+//! APIs share and Kubernetes' naming rules, files that apply when they change, the settings sections and their merge, reading certificates back, the dev PKI (the
 //! `dev-pki` feature), a review cache, Prometheus family registration, and the shutdown signal. Depends on no other apigw crate.
 
 pub mod body;
@@ -15,6 +15,7 @@ pub mod meta;
 pub mod names;
 pub mod reload;
 pub mod server;
+pub mod settings;
 pub mod tls;
 pub mod yaml;
 

@@ -44,6 +44,65 @@ pub struct Settings {
     pub policy_file: Option<PathBuf>,
 }
 
+/// The audit log's defaults: rotate at this many megabytes, keep this many rotated files.
+pub const MAX_SIZE_MB: u64 = 100;
+pub const MAX_BACKUPS: usize = 10;
+
+apigw_core::section! {
+    /// [`Settings`].
+    pub struct AuditFlags {
+        /// Audit log file, or - for stdout; no audit log when unset.
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 50)]
+        pub audit_log_path: Option<String> = "auditLogPath",
+        /// Rotate the audit log file at this many megabytes.
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 51)]
+        pub audit_log_maxsize: Option<u64> = "auditLogMaxsize",
+        /// Rotated audit log files to keep.
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 52)]
+        pub audit_log_maxbackup: Option<usize> = "auditLogMaxbackup",
+        /// audit.k8s.io/v1 Policy choosing levels (None or Metadata); unset: Metadata for all.
+        #[arg(long, help_heading = "Logs, metrics and audit", display_order = 53)]
+        pub audit_policy_file: Option<PathBuf> = "auditPolicyFile",
+    }
+}
+
+impl AuditFlags {
+    /// The audit log's settings (None: off).
+    pub fn settings(self, cx: &mut apigw_core::settings::Cx) -> Option<Settings> {
+        let policy_file = cx.later_file("audit-policy-file", self.audit_policy_file);
+        let max_size_bytes = match self.audit_log_maxsize {
+            None => MAX_SIZE_MB << 20,
+            Some(megabytes) => megabytes.checked_mul(1 << 20).unwrap_or_else(|| {
+                let most = u64::MAX >> 20;
+                let message = format!("{megabytes}: too large; at most {most} (megabytes)");
+                cx.problem("audit-log-maxsize", message);
+                u64::MAX
+            }),
+        };
+        let path = match self.audit_log_path? {
+            stdout if stdout == "-" => stdout,
+            path => cx
+                .path("audit-log-path", Some(path.into()))?
+                .display()
+                .to_string(),
+        };
+        Some(Settings {
+            path,
+            max_size_bytes,
+            max_backups: self.audit_log_maxbackup.unwrap_or(MAX_BACKUPS),
+            policy_file,
+        })
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        vec![
+            ("audit_log_maxsize", MAX_SIZE_MB.to_string()),
+            ("audit_log_maxbackup", MAX_BACKUPS.to_string()),
+        ]
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct GroupResources {

@@ -5,6 +5,7 @@
 
 mod connector;
 pub mod fetch;
+mod flags;
 mod forward;
 mod headers;
 mod metrics;
@@ -16,6 +17,7 @@ pub use settings::{
 mod pool;
 
 pub use connector::{parse_host, ConnectError, ResolveService, Resolver};
+pub use flags::ProxyFlags;
 pub use forward::ForwardError;
 pub use headers::{escape_extra_key, remove_hop_by_hop, sent_names, set_identity, Forwarded};
 pub use metrics::BackendMetrics;

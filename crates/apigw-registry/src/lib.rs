@@ -6,6 +6,7 @@
 
 mod apiservice;
 mod backend;
+mod flags;
 mod manifests;
 
 pub use apigw_core::names::{dns1123_subdomain, InvalidName};
@@ -15,6 +16,7 @@ pub use apiservice::{
 pub use backend::{
     attach, Backend, Orphan, API_VERSION as BACKEND_API_VERSION, KIND as BACKEND_KIND,
 };
+pub use flags::RegistryFlags;
 pub use manifests::{load_dir, parse_manifest, Manifest, ManifestDir, ManifestError};
 
 use arc_swap::ArcSwap;

@@ -14,9 +14,11 @@
 
 pub mod cut;
 mod deadlines;
+mod flags;
 pub mod linger;
 mod settings;
 pub mod shed;
+pub use flags::{LimitsFlags, ServerFlags, Serving, ServingFlags};
 pub use linger::RequestBody;
 pub use settings::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
 pub mod workers;

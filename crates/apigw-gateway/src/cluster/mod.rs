@@ -19,7 +19,7 @@ pub mod lease;
 mod refusals;
 pub mod services;
 mod settings;
-pub use settings::{ClusterSettings, LeaderElection};
+pub use settings::{ClusterFlags, ClusterSettings, LeaderElection};
 pub mod status;
 pub mod tokenreview;
 

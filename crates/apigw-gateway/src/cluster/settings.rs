@@ -1,6 +1,9 @@
 //! Cluster-mode settings: where the Kubernetes API is, how to route to services, and the
-//! timing of the Lease election. Defaults and their rules live only here.
+//! timing of the Lease election, and their `serve` flags. Defaults and their rules live only
+//! here.
 
+use apigw_core::duration::format_duration;
+use apigw_core::settings::Cx;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -64,5 +67,86 @@ impl LeaderElection {
             ));
         }
         out
+    }
+}
+
+apigw_core::section! {
+    /// [`ClusterSettings`].
+    pub struct ClusterFlags {
+        /// Cluster mode with this kubeconfig: APIServices, Services and EndpointSlices from the
+        /// cluster, TokenReview for bearer tokens, status written back.
+        #[arg(long, help_heading = "Cluster mode", display_order = 22)]
+        pub kubeconfig: Option<PathBuf> = "kubeconfig",
+        /// Cluster mode with the in-cluster service account (inside a Pod).
+        #[arg(long, help_heading = "Cluster mode", display_order = 23)]
+        pub cluster_mode: bool = "clusterMode",
+        /// In cluster mode, route to ready EndpointSlice endpoints instead of the Service's ClusterIP.
+        #[arg(long, help_heading = "Cluster mode", display_order = 24)]
+        pub enable_aggregator_routing: bool = "enableAggregatorRouting",
+        /// In cluster mode, how long other replicas wait after the Lease was last renewed before
+        /// taking it.
+        #[arg(long, help_heading = "Cluster mode", display_order = 25)]
+        pub leader_elect_lease_duration: Option<String> = "leaderElectLeaseDuration",
+        /// In cluster mode, how long the leader keeps leading without a successful renewal.
+        #[arg(long, help_heading = "Cluster mode", display_order = 26)]
+        pub leader_elect_renew_deadline: Option<String> = "leaderElectRenewDeadline",
+        /// In cluster mode, how often each replica tries to acquire or renew the Lease.
+        #[arg(long, help_heading = "Cluster mode", display_order = 27)]
+        pub leader_elect_retry_period: Option<String> = "leaderElectRetryPeriod",
+    }
+}
+
+impl ClusterFlags {
+    /// Cluster mode's settings (None: off); its Lease timing is checked either way.
+    /// `apiservice_dir` says whether a manifest directory is given, which cluster mode refuses.
+    pub fn settings(self, apiservice_dir: bool, cx: &mut Cx) -> Option<ClusterSettings> {
+        let kubeconfig = cx.later_file("kubeconfig", self.kubeconfig);
+        let on = kubeconfig.is_some() || self.cluster_mode;
+        if on && apiservice_dir {
+            cx.problem(
+                "apiservice-dir",
+                "cluster mode reads APIServices from the cluster; drop --apiservice-dir or --kubeconfig/--cluster-mode".into(),
+            );
+        }
+        let d = LeaderElection::default();
+        let leader_election = LeaderElection {
+            lease_duration: cx.duration(
+                "leader-elect-lease-duration",
+                self.leader_elect_lease_duration,
+                d.lease_duration,
+            ),
+            renew_deadline: cx.duration(
+                "leader-elect-renew-deadline",
+                self.leader_elect_renew_deadline,
+                d.renew_deadline,
+            ),
+            retry_period: cx.duration(
+                "leader-elect-retry-period",
+                self.leader_elect_retry_period,
+                d.retry_period,
+            ),
+        };
+        cx.problems(leader_election.problems());
+        on.then_some(ClusterSettings {
+            kubeconfig,
+            aggregator_routing: self.enable_aggregator_routing,
+            leader_election,
+        })
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        let d = LeaderElection::default();
+        vec![
+            (
+                "leader_elect_lease_duration",
+                format_duration(d.lease_duration),
+            ),
+            (
+                "leader_elect_renew_deadline",
+                format_duration(d.renew_deadline),
+            ),
+            ("leader_elect_retry_period", format_duration(d.retry_period)),
+        ]
     }
 }

@@ -1,50 +1,19 @@
-//! The YAML file: the settings of [`super::sections`], camelCase, read into the same section
-//! structs as the flags. The file is read in one pass: each key goes to the section that owns
-//! it, and a key no section owns is an error listing every key (as `deny_unknown_fields`
-//! would).
+//! The YAML file: the settings of [`Flags`], camelCase, read into the same section structs
+//! as the flags. The file is read in one pass: each key goes to the section that owns it, and
+//! a key no section owns is an error listing every key (as `deny_unknown_fields` would).
 
-use super::sections::{
-    AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, LimitsFlags, LogFlags,
-    ProxyFlags, ServerFlags, ServingFlags,
-};
-use super::ConfigError;
+use super::{ConfigError, Flags};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::path::Path;
 use std::sync::LazyLock;
 
-/// Every key of the file, aliases after their key, section by section: the order an
-/// unknown-key error lists them in.
-static KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-    [
-        ServingFlags::KEYS,
-        AuthnFlags::KEYS,
-        ProxyFlags::KEYS,
-        ClusterFlags::KEYS,
-        AuthzFlags::KEYS,
-        AvailabilityFlags::KEYS,
-        ServerFlags::KEYS,
-        LimitsFlags::KEYS,
-        LogFlags::KEYS,
-        AuditFlags::KEYS,
-    ]
-    .concat()
-});
+/// Every key of the file, in the order an unknown-key error lists them.
+static KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(Flags::keys);
 
-/// The YAML file: the same settings as [`super::Flags`], camelCase, by section.
+/// The YAML file: the same settings as the flags, but `config`.
 #[derive(Debug, Default)]
-pub(super) struct File {
-    pub(super) serving: ServingFlags,
-    pub(super) authn: AuthnFlags,
-    pub(super) proxy: ProxyFlags,
-    pub(super) cluster: ClusterFlags,
-    pub(super) authz: AuthzFlags,
-    pub(super) availability: AvailabilityFlags,
-    pub(super) server: ServerFlags,
-    pub(super) limits: LimitsFlags,
-    pub(super) log: LogFlags,
-    pub(super) audit: AuditFlags,
-}
+pub(super) struct File(pub(super) Flags);
 
 impl<'de> Deserialize<'de> for File {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -81,36 +50,16 @@ impl<'de> Visitor<'de> for FileVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<File, A::Error> {
-        let mut file = File::default();
+        let mut file = Flags::default();
         let mut seen: Vec<&'static str> = Vec::new();
         while let Some(Key(key)) = map.next_key()? {
-            macro_rules! dispatch {
-                ($($section:ident: $ty:ident),*) => {
-                    $(if let Some(k) = $ty::canonical(&key) {
-                        if seen.contains(&k) {
-                            return Err(de::Error::duplicate_field(k));
-                        }
-                        seen.push(k);
-                        file.$section.read(k, &mut map)?;
-                        continue;
-                    })*
-                };
+            match file.read(&key, &mut map)? {
+                Some(k) if seen.contains(&k) => return Err(de::Error::duplicate_field(k)),
+                Some(k) => seen.push(k),
+                None => return Err(de::Error::unknown_field(&key, &KEYS)),
             }
-            dispatch!(
-                serving: ServingFlags,
-                authn: AuthnFlags,
-                proxy: ProxyFlags,
-                cluster: ClusterFlags,
-                authz: AuthzFlags,
-                availability: AvailabilityFlags,
-                server: ServerFlags,
-                limits: LimitsFlags,
-                log: LogFlags,
-                audit: AuditFlags
-            );
-            return Err(de::Error::unknown_field(&key, &KEYS));
         }
-        Ok(file)
+        Ok(File(file))
     }
 }
 

@@ -1,37 +1,42 @@
 //! Configuration: the `serve` flags (kube-apiserver's names) and the equivalent YAML file
-//! (camelCase), merged with flags winning, then validated into one [`Config`] before any port
-//! is bound. Every problem names the flag or the file and field. Relative paths in the file
-//! are relative to the file.
+//! (camelCase), flags winning, read into one [`Config`] before any port is bound. Every problem
+//! names the flag or the file and field. Relative paths in the file are relative to the file.
 //!
-//! Each concern owns its settings, their defaults and their checks, beside the code that uses
-//! them ([`ServerSettings`], [`LimitsSettings`], [`AuthnSettings`], [`AuthzSettings`],
-//! [`BackendSettings`], [`apigw_availability::Settings`], [`crate::audit::Settings`],
-//! [`ClusterSettings`]); here are the flags (`flags.rs`), the file (`file.rs`) and their merge,
-//! one function per section (`merge.rs`).
+//! Each concern owns its flags, their defaults and their checks, beside the code that uses them
+//! (`ServingFlags`, `ServerFlags` and `LimitsFlags` in `apigw_core::server`, [`AuthnFlags`],
+//! [`AuthzFlags`], [`ProxyFlags`], [`RegistryFlags`], [`AvailabilityFlags`],
+//! [`FlowControlFlags`], [`ClusterFlags`], [`AuditFlags`]); here they are assembled
+//! (`flags.rs`), the file is read (`file.rs`), and the sections are read into settings in
+//! order ([`apigw_core::settings::Cx`] names where each came from).
 
 pub mod defaults;
 mod file;
-mod merge;
-mod sections;
+mod flags;
 #[cfg(test)]
 mod tests;
 
-pub use crate::cluster::{ClusterSettings, LeaderElection};
-pub use apigw_authn::{AuthnSettings, RequestHeaderSettings};
+pub use crate::audit::AuditFlags;
+pub use crate::cluster::{ClusterFlags, ClusterSettings, LeaderElection};
+pub use apigw_authn::{AuthnFlags, AuthnSettings, RequestHeaderSettings};
 /// How requests are authorized; owned by `authz`, named here for the settings.
-pub use apigw_authz::{AuthzMode, AuthzSettings};
-pub use apigw_core::server::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
-pub use apigw_proxy::{BackendSettings, Delegate};
-pub use sections::{
-    AuditFlags, AuthnFlags, AuthzFlags, AvailabilityFlags, ClusterFlags, Flags, LimitsFlags,
-    LogFlags, ProxyFlags, ServerFlags, ServingFlags,
+pub use apigw_authz::{AuthzFlags, AuthzMode, AuthzSettings};
+pub use apigw_availability::AvailabilityFlags;
+pub use apigw_core::server::{
+    cpus, LimitsFlags, LimitsSettings, ServerFlags, ServerSettings, ServingFlags,
+    MAX_WORKER_THREADS,
 };
+pub use apigw_core::settings::ConfigError;
+pub use apigw_flowcontrol::FlowControlFlags;
+pub use apigw_proxy::{BackendSettings, Delegate, ProxyFlags};
+pub use apigw_registry::RegistryFlags;
+pub use flags::{Flags, LogFlags};
 
 /// Front-proxy (request header) authentication settings (the name before sections).
 pub type RequestHeader = RequestHeaderSettings;
 /// Cluster-mode settings (the name before sections).
 pub type Cluster = ClusterSettings;
 
+use apigw_core::settings::{camel, in_dir, Cx};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -78,50 +83,6 @@ impl Config {
     }
 }
 
-/// One configuration problem: where (a flag, or file and field) and what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub at: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.at, self.message)
-    }
-}
-
-/// Where a setting came from, for error messages.
-struct Origin<'a> {
-    file: Option<&'a Path>,
-}
-
-impl Origin<'_> {
-    /// Names a setting: `--flag-name` or `file.yaml: camelName`.
-    fn name(&self, flag: &str, from_file: bool) -> String {
-        match (from_file, self.file) {
-            (true, Some(file)) => format!("{}: {}", file.display(), camel(flag)),
-            _ => format!("--{flag}"),
-        }
-    }
-}
-
-fn camel(flag: &str) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in flag.chars() {
-        if c == '-' {
-            upper = true;
-        } else if upper {
-            out.push(c.to_ascii_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// What a configuration is loaded for: serving needs the serving certificate; checking
 /// validates what is given and leaves out what is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,27 +113,66 @@ impl Config {
     }
 }
 
+/// The flags over the file `--config` names, each section read into its settings in order.
 fn load(flags: &Flags, purpose: Purpose) -> Result<Checkable, Vec<ConfigError>> {
-    let (file, base) = match &flags.config {
-        Some(path) => (file::read_file(path)?, path.parent().map(Path::to_path_buf)),
-        None => (file::File::default(), None),
+    let file = match &flags.config {
+        Some(path) => file::read_file(path)?.0,
+        None => Flags::default(),
     };
-    let origin = Origin {
-        file: flags.config.as_deref(),
-    };
-    merge::merge(flags, file, base.as_deref(), &origin, purpose)
+    let (f, from_file) = flags.clone().over(file);
+    let mut cx = Cx::new(f.config.as_deref(), from_file);
+    let serving = f.serving.settings(&mut cx);
+    let authn = f.authn.settings(&mut cx);
+    let proxy = f.proxy.settings(&mut cx);
+    let apiservice_dir = f.registry.settings(&mut cx);
+    let cluster = f.cluster.settings(apiservice_dir.is_some(), &mut cx);
+    let authz = f.authz.settings(cluster.is_some(), &mut cx);
+    let availability = f.availability.settings(&mut cx);
+    let limits = f.limits.settings(&mut cx);
+    let flowcontrol = f.flowcontrol.settings(limits.max_inflight, &mut cx);
+    let server = f.server.settings(serving.listen, &mut cx);
+    let (log, metrics_listen) = f.log.settings(&mut cx);
+    let audit = f.audit.settings(&mut cx);
+
+    let (found, warnings) = cx.finish();
+    let (cert, key) = (serving.cert, serving.key);
+    let mut problems =
+        serving_problems(cert.is_some(), key.is_some(), f.config.as_deref(), purpose);
+    problems.extend(found);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let serving = cert.is_some() && key.is_some();
+    Ok(Checkable {
+        serving,
+        config: Config {
+            tls_cert: cert.filter(|_| serving).unwrap_or_default(),
+            tls_key: key.filter(|_| serving).unwrap_or_default(),
+            server,
+            limits,
+            flowcontrol,
+            authn,
+            authz,
+            proxy,
+            availability,
+            audit,
+            cluster,
+            apiservice_dir,
+            metrics_listen,
+            log,
+            warnings,
+        },
+    })
 }
 
 /// Checks that the file `--config` names (dev mode's `config/dev.yaml`) can be read, is a
 /// configuration, and that its manifest directory exists, without looking at the certificate
 /// files it names: what `apigw dev` checks before it writes the dev PKI.
 pub fn check_config_file(path: &Path) -> Result<(), Vec<ConfigError>> {
-    let file = file::read_file(path)?;
-    match file.proxy.apiservice_dir {
+    let file = file::read_file(path)?.0;
+    match file.registry.apiservice_dir {
         Some(dir) => {
-            let dir = path
-                .parent()
-                .map_or(dir.clone(), |b| merge::in_dir(b, &dir));
+            let dir = path.parent().map_or(dir.clone(), |b| in_dir(b, &dir));
             if dir.is_dir() {
                 Ok(())
             } else {

@@ -390,7 +390,8 @@ proptest::proptest! {
     #[test]
     fn no_flag_values_panic(
         durations in proptest::collection::vec(duration_text(), 8),
-        counts in proptest::collection::vec(proptest::prelude::any::<usize>(), 6),
+        counts in proptest::collection::vec(proptest::prelude::any::<usize>(), 7),
+        percent in proptest::prelude::any::<u32>(),
         maxsize in proptest::prelude::any::<u64>(),
         port in proptest::prelude::any::<u16>(),
         url in ".*",
@@ -411,6 +412,10 @@ proptest::proptest! {
                 max_requests_inflight: Some(counts[0]),
                 max_requests_inflight_per_client: Some(counts[1]),
                 max_request_body_bytes: Some(counts[4]),
+            },
+            flowcontrol: FlowControlFlags {
+                max_mutating_requests_inflight: Some(counts[6]),
+                max_apiservice_seats_percent: Some(percent),
                 ..Default::default()
             },
             server: ServerFlags {
@@ -594,7 +599,7 @@ fn the_configuration_docs_match_the_help() {
 }
 
 /// `--help` lists the flags in one order: no two share a `display_order` (clap would then
-/// order them by name, whatever sections.rs says).
+/// order them by name, whatever the sections say).
 #[test]
 fn every_flag_has_its_own_place_in_the_help() {
     use clap::Args;

@@ -1,0 +1,170 @@
+//! The server's `serve` flags and file keys: where it listens and with which certificate
+//! ([`ServingFlags`]), its connections and shutdown ([`ServerFlags`]), and the limits on the
+//! requests it takes ([`LimitsFlags`]); each read into its settings, defaults from their
+//! `Default`.
+
+use super::{LimitsSettings, ServerSettings};
+use crate::duration::format_duration;
+use crate::settings::Cx;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+crate::section! {
+    /// Where the gateway listens and the certificate it serves.
+    pub struct ServingFlags {
+        /// Address to listen on.
+        #[arg(long, help_heading = "Serving", display_order = 1)]
+        pub bind_address: Option<IpAddr> = "bindAddress",
+        /// Port to listen on.
+        #[arg(long, help_heading = "Serving", display_order = 2)]
+        pub secure_port: Option<u16> = "securePort",
+        /// Serving certificate (PEM, chain allowed); reloaded when it changes.
+        #[arg(long, help_heading = "Serving", display_order = 3)]
+        pub tls_cert_file: Option<PathBuf> = "tlsCertFile",
+        /// Serving key (PEM).
+        #[arg(long, help_heading = "Serving", display_order = 4)]
+        pub tls_private_key_file: Option<PathBuf> = "tlsPrivateKeyFile",
+    }
+}
+
+/// The serving certificate and key as given (each checked to name a file), and the address to
+/// listen on.
+pub struct Serving {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub listen: SocketAddr,
+}
+
+impl ServingFlags {
+    pub fn settings(self, cx: &mut Cx) -> Serving {
+        let default = ServerSettings::default().listen;
+        Serving {
+            cert: cx.file("tls-cert-file", self.tls_cert_file),
+            key: cx.file("tls-private-key-file", self.tls_private_key_file),
+            listen: SocketAddr::new(
+                self.bind_address.unwrap_or(default.ip()),
+                self.secure_port.unwrap_or(default.port()),
+            ),
+        }
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        let listen = ServerSettings::default().listen;
+        vec![
+            ("bind_address", listen.ip().to_string()),
+            ("secure_port", listen.port().to_string()),
+        ]
+    }
+}
+
+crate::section! {
+    /// [`ServerSettings`] (but the listen address: [`ServingFlags`]).
+    pub struct ServerFlags {
+        /// After SIGTERM, keep accepting (while /readyz fails) for this long.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 35)]
+        pub shutdown_delay_duration: Option<String> = "shutdownDelayDuration",
+        /// After accepting stops, how long in-flight requests may take to finish.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 36)]
+        pub shutdown_grace_period: Option<String> = "shutdownGracePeriod",
+        /// Open connections from one client address; 0: no limit.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 47)]
+        pub max_connections_per_client: Option<usize> = "maxConnectionsPerClient",
+        /// Connection worker threads, each a single-threaded runtime that keeps its connections
+        /// (0: serve on the shared runtime); unset: the CPUs the process may use.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 48)]
+        pub worker_threads: Option<usize> = "workerThreads",
+    }
+}
+
+impl ServerFlags {
+    pub fn settings(self, listen: SocketAddr, cx: &mut Cx) -> ServerSettings {
+        let d = ServerSettings::default();
+        let settings = ServerSettings {
+            listen,
+            shutdown_delay: cx.duration(
+                "shutdown-delay-duration",
+                self.shutdown_delay_duration,
+                d.shutdown_delay,
+            ),
+            shutdown_grace: cx.duration(
+                "shutdown-grace-period",
+                self.shutdown_grace_period,
+                d.shutdown_grace,
+            ),
+            max_connections_per_client: self
+                .max_connections_per_client
+                .unwrap_or(d.max_connections_per_client),
+            worker_threads: self.worker_threads.unwrap_or(d.worker_threads),
+            ..d
+        };
+        cx.problems(settings.problems());
+        settings
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        let d = ServerSettings::default();
+        vec![
+            ("shutdown_delay_duration", format_duration(d.shutdown_delay)),
+            ("shutdown_grace_period", format_duration(d.shutdown_grace)),
+            (
+                "max_connections_per_client",
+                d.max_connections_per_client.to_string(),
+            ),
+        ]
+    }
+}
+
+crate::section! {
+    /// [`LimitsSettings`].
+    pub struct LimitsFlags {
+        /// Bound on a request that is not long-running, end to end from its start: 504 before
+        /// the response head, the response cut after.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
+        pub request_timeout: Option<String> = "requestTimeout",
+        /// Requests in flight at once, long-running ones exempt; then 429; 0: no limit.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 45)]
+        pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
+        /// Requests in flight at once from one client address; 0: no limit.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 46)]
+        pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",
+        /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 49)]
+        pub max_request_body_bytes: Option<usize> = "maxRequestBodyBytes",
+    }
+}
+
+impl LimitsFlags {
+    pub fn settings(self, cx: &mut Cx) -> LimitsSettings {
+        let d = LimitsSettings::default();
+        LimitsSettings {
+            max_inflight: self.max_requests_inflight.unwrap_or(d.max_inflight),
+            max_inflight_per_client: self
+                .max_requests_inflight_per_client
+                .unwrap_or(d.max_inflight_per_client),
+            request_timeout: cx.duration(
+                "request-timeout",
+                self.request_timeout,
+                d.request_timeout,
+            ),
+            max_request_body_bytes: self
+                .max_request_body_bytes
+                .filter(|n| *n > 0)
+                .or(d.max_request_body_bytes),
+        }
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        let d = LimitsSettings::default();
+        vec![
+            ("request_timeout", format_duration(d.request_timeout)),
+            ("max_requests_inflight", d.max_inflight.to_string()),
+            (
+                "max_requests_inflight_per_client",
+                d.max_inflight_per_client.to_string(),
+            ),
+        ]
+    }
+}
