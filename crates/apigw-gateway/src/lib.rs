@@ -9,4 +9,5 @@ pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+pub mod limits;
 mod metrics;

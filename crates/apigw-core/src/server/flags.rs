@@ -1,9 +1,8 @@
 //! The server's `serve` flags and file keys: where it listens and with which certificate
-//! ([`ServingFlags`]), its connections and shutdown ([`ServerFlags`]), and the limits on the
-//! requests it takes ([`LimitsFlags`]); each read into its settings, defaults from their
-//! `Default`.
+//! ([`ServingFlags`]), and its connections and shutdown ([`ServerFlags`]); each read into its
+//! settings, defaults from their `Default`.
 
-use super::{LimitsSettings, ServerSettings};
+use super::ServerSettings;
 use crate::duration::format_duration;
 use crate::settings::Cx;
 use std::net::{IpAddr, SocketAddr};
@@ -111,59 +110,6 @@ impl ServerFlags {
             (
                 "max_connections_per_client",
                 d.max_connections_per_client.to_string(),
-            ),
-        ]
-    }
-}
-
-crate::section! {
-    /// [`LimitsSettings`].
-    pub struct LimitsFlags {
-        /// Bound on a request that is not long-running, end to end from its start: 504 before
-        /// the response head, the response cut after.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
-        pub request_timeout: Option<String> = "requestTimeout",
-        /// Requests in flight at once, long-running ones exempt; then 429; 0: no limit.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 45)]
-        pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
-        /// Requests in flight at once from one client address; 0: no limit.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 46)]
-        pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",
-        /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
-        #[arg(long, help_heading = "Limits and timeouts", display_order = 49)]
-        pub max_request_body_bytes: Option<usize> = "maxRequestBodyBytes",
-    }
-}
-
-impl LimitsFlags {
-    pub fn settings(self, cx: &mut Cx) -> LimitsSettings {
-        let d = LimitsSettings::default();
-        LimitsSettings {
-            max_inflight: self.max_requests_inflight.unwrap_or(d.max_inflight),
-            max_inflight_per_client: self
-                .max_requests_inflight_per_client
-                .unwrap_or(d.max_inflight_per_client),
-            request_timeout: cx.duration(
-                "request-timeout",
-                self.request_timeout,
-                d.request_timeout,
-            ),
-            max_request_body_bytes: self
-                .max_request_body_bytes
-                .filter(|n| *n > 0)
-                .or(d.max_request_body_bytes),
-        }
-    }
-
-    /// Each flag with a default, by argument id, and the default as a user would write it.
-    pub fn defaults() -> Vec<(&'static str, String)> {
-        let d = LimitsSettings::default();
-        vec![
-            ("request_timeout", format_duration(d.request_timeout)),
-            ("max_requests_inflight", d.max_inflight.to_string()),
-            (
-                "max_requests_inflight_per_client",
-                d.max_inflight_per_client.to_string(),
             ),
         ]
     }

@@ -18,9 +18,9 @@ mod flags;
 pub mod linger;
 mod settings;
 pub mod shed;
-pub use flags::{LimitsFlags, ServerFlags, Serving, ServingFlags};
+pub use flags::{ServerFlags, Serving, ServingFlags};
 pub use linger::RequestBody;
-pub use settings::{cpus, LimitsSettings, ServerSettings, MAX_WORKER_THREADS};
+pub use settings::{cpus, ServerSettings, MAX_WORKER_THREADS};
 pub mod workers;
 
 use crate::body::Body;

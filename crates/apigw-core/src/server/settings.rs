@@ -1,6 +1,5 @@
 //! The server's settings: where it listens, how long a client may be slow or idle, its worker
-//! threads, connections per client, and how it shuts down; and the limits on the requests it
-//! takes (enforced by `gateway::limits` and the proxy). Defaults live only here. They live
+//! threads, connections per client, and how it shuts down. Defaults live only here. They live
 //! here rather than in `gateway`, which reads the whole `config`, so `config` depends on no
 //! module that depends on it.
 
@@ -63,29 +62,5 @@ impl ServerSettings {
             ));
         }
         out
-    }
-}
-
-/// Limits on the requests the gateway takes; 0 (or None) is unlimited.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitsSettings {
-    /// Requests in flight at once, long-running ones exempt; then 429.
-    pub max_inflight: usize,
-    /// Requests in flight at once from one client address.
-    pub max_inflight_per_client: usize,
-    /// Time to the response head of a request that is not long-running; 504 after.
-    pub request_timeout: Duration,
-    /// Largest non-streaming request body forwarded; None: no limit.
-    pub max_request_body_bytes: Option<usize>,
-}
-
-impl Default for LimitsSettings {
-    fn default() -> Self {
-        Self {
-            max_inflight: 400,
-            max_inflight_per_client: 0,
-            request_timeout: Duration::from_secs(60),
-            max_request_body_bytes: None,
-        }
     }
 }

@@ -9,7 +9,7 @@ use super::LogSettings;
 use apigw_authn::AuthnFlags;
 use apigw_authz::AuthzFlags;
 use apigw_availability::AvailabilityFlags;
-use apigw_core::server::{LimitsFlags, ServerFlags, ServingFlags};
+use apigw_core::server::{ServerFlags, ServingFlags};
 use apigw_core::settings::Cx;
 use apigw_flowcontrol::FlowControlFlags;
 use apigw_proxy::ProxyFlags;
@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use crate::audit::AuditFlags;
 use crate::cluster::ClusterFlags;
+use crate::limits::LimitsFlags;
 
 /// Lists each section of [`Flags`] once: the struct, laying flags over the file, and every
 /// section's file keys and defaults.

@@ -3,7 +3,7 @@
 //! names the flag or the file and field. Relative paths in the file are relative to the file.
 //!
 //! Each concern owns its flags, their defaults and their checks, beside the code that uses them
-//! (`ServingFlags`, `ServerFlags` and `LimitsFlags` in `apigw_core::server`, [`AuthnFlags`],
+//! (`ServingFlags` and `ServerFlags` in `apigw_core::server`, [`LimitsFlags`] in `limits`, [`AuthnFlags`],
 //! [`AuthzFlags`], [`ProxyFlags`], [`RegistryFlags`], [`AvailabilityFlags`],
 //! [`FlowControlFlags`], [`ClusterFlags`], [`AuditFlags`]); here they are assembled
 //! (`flags.rs`), the file is read (`file.rs`), and the sections are read into settings in
@@ -17,14 +17,12 @@ mod tests;
 
 pub use crate::audit::AuditFlags;
 pub use crate::cluster::{ClusterFlags, ClusterSettings, LeaderElection};
+pub use crate::limits::{LimitsFlags, LimitsSettings};
 pub use apigw_authn::{AuthnFlags, AuthnSettings, RequestHeaderSettings};
 /// How requests are authorized; owned by `authz`, named here for the settings.
 pub use apigw_authz::{AuthzFlags, AuthzMode, AuthzSettings};
 pub use apigw_availability::AvailabilityFlags;
-pub use apigw_core::server::{
-    cpus, LimitsFlags, LimitsSettings, ServerFlags, ServerSettings, ServingFlags,
-    MAX_WORKER_THREADS,
-};
+pub use apigw_core::server::{cpus, ServerFlags, ServerSettings, ServingFlags, MAX_WORKER_THREADS};
 pub use apigw_core::settings::ConfigError;
 pub use apigw_flowcontrol::FlowControlFlags;
 pub use apigw_proxy::{BackendSettings, Delegate, ProxyFlags};

@@ -56,7 +56,7 @@ pub struct Record {
     /// For long-running requests: cancelled when the shutdown grace period is over.
     pub closing: Option<CancellationToken>,
     /// Released when the request ends.
-    pub _permit: Option<super::limits::Permit>,
+    pub _permit: Option<crate::limits::Permit>,
     /// Its API Priority and Fairness seat: released when the request ends (a watch's once
     /// it is established).
     pub flow: Option<Ticket>,

@@ -7,7 +7,6 @@ mod access;
 mod dispatch;
 mod health;
 pub(crate) mod host;
-mod limits;
 pub(crate) mod paths;
 mod pipeline;
 pub(crate) mod protobuf;
@@ -46,7 +45,7 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub health: Health,
     audit: Option<Arc<crate::audit::Auditor>>,
-    limits: Arc<limits::Limits>,
+    limits: Arc<crate::limits::Limits>,
     /// API Priority and Fairness; None when turned off.
     flow: Option<Arc<apigw_flowcontrol::Flow>>,
     apiservices: Arc<ApiServices>,
@@ -156,7 +155,7 @@ impl Gateway {
             metrics,
             health: Health::default(),
             // With APF, its seats take the place of the plain in-flight limit, as upstream's.
-            limits: limits::Limits::new(
+            limits: crate::limits::Limits::new(
                 if cfg.flowcontrol.enabled {
                     0
                 } else {

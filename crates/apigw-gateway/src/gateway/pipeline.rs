@@ -18,7 +18,8 @@
 //! response, here only.
 
 use super::route::{Route, Router};
-use super::{access, host, limits, paths, Gateway};
+use super::{access, host, paths, Gateway};
+use crate::limits;
 use apigw_authn::PeerIdentity;
 use apigw_authz::{Acting, Refused};
 use apigw_core::body::{Body, BoxError};

@@ -3,13 +3,95 @@
 //! and per client address (`--max-requests-inflight-per-client`). Over a limit: 429 with
 //! `Retry-After`. Health and `/version` are answered before these limits, so a probe always gets
 //! through; open connections per client address (`--max-connections-per-client`) are limited
-//! at accept (`apigw_core::server`).
+//! at accept (`apigw_core::server`). Also the limits' settings, with the request timeout and
+//! the largest request body, which the pipeline enforces ([`LimitsSettings`], read from
+//! [`LimitsFlags`]).
 
+use apigw_core::duration::format_duration;
 use apigw_core::errors::Status;
+use apigw_core::settings::Cx;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Limits on the requests the gateway takes; 0 (or None) is unlimited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsSettings {
+    /// Requests in flight at once, long-running ones exempt; then 429.
+    pub max_inflight: usize,
+    /// Requests in flight at once from one client address.
+    pub max_inflight_per_client: usize,
+    /// Time to the response head of a request that is not long-running; 504 after.
+    pub request_timeout: Duration,
+    /// Largest non-streaming request body forwarded; None: no limit.
+    pub max_request_body_bytes: Option<usize>,
+}
+
+impl Default for LimitsSettings {
+    fn default() -> Self {
+        Self {
+            max_inflight: 400,
+            max_inflight_per_client: 0,
+            request_timeout: Duration::from_secs(60),
+            max_request_body_bytes: None,
+        }
+    }
+}
+
+apigw_core::section! {
+    /// [`LimitsSettings`].
+    pub struct LimitsFlags {
+        /// Bound on a request that is not long-running, end to end from its start: 504 before
+        /// the response head, the response cut after.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 34)]
+        pub request_timeout: Option<String> = "requestTimeout",
+        /// Requests in flight at once, long-running ones exempt; then 429; 0: no limit.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 45)]
+        pub max_requests_inflight: Option<usize> = "maxRequestsInflight",
+        /// Requests in flight at once from one client address; 0: no limit.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 46)]
+        pub max_requests_inflight_per_client: Option<usize> = "maxRequestsInflightPerClient",
+        /// Largest request body of a non-streaming request (POST, PUT, PATCH...), bytes; then 413.
+        #[arg(long, help_heading = "Limits and timeouts", display_order = 49)]
+        pub max_request_body_bytes: Option<usize> = "maxRequestBodyBytes",
+    }
+}
+
+impl LimitsFlags {
+    pub fn settings(self, cx: &mut Cx) -> LimitsSettings {
+        let d = LimitsSettings::default();
+        LimitsSettings {
+            max_inflight: self.max_requests_inflight.unwrap_or(d.max_inflight),
+            max_inflight_per_client: self
+                .max_requests_inflight_per_client
+                .unwrap_or(d.max_inflight_per_client),
+            request_timeout: cx.duration(
+                "request-timeout",
+                self.request_timeout,
+                d.request_timeout,
+            ),
+            max_request_body_bytes: self
+                .max_request_body_bytes
+                .filter(|n| *n > 0)
+                .or(d.max_request_body_bytes),
+        }
+    }
+
+    /// Each flag with a default, by argument id, and the default as a user would write it.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        let d = LimitsSettings::default();
+        vec![
+            ("request_timeout", format_duration(d.request_timeout)),
+            ("max_requests_inflight", d.max_inflight.to_string()),
+            (
+                "max_requests_inflight_per_client",
+                d.max_inflight_per_client.to_string(),
+            ),
+        ]
+    }
+}
 
 /// The limits; 0 means unlimited.
 #[derive(Debug, Default)]
