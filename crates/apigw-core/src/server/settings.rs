@@ -1,7 +1,6 @@
 //! The server's settings: where it listens, how long a client may be slow or idle, its worker
-//! threads, connections per client, and how it shuts down. Defaults live only here. They live
-//! here rather than in `gateway`, which reads the whole `config`, so `config` depends on no
-//! module that depends on it.
+//! threads, connections per client, and how it shuts down; read by the serve loop beside them.
+//! Defaults live only here; the flags that set them are in `flags.rs`.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! names the flag or the file and field. Relative paths in the file are relative to the file.
 //!
 //! Each concern owns its flags, their defaults and their checks, beside the code that uses them
-//! (`ServingFlags` and `ServerFlags` in `apigw_core::server`, [`LimitsFlags`] in `limits`, [`AuthnFlags`],
-//! [`AuthzFlags`], [`ProxyFlags`], [`RegistryFlags`], [`AvailabilityFlags`],
+//! (`ServingFlags` and `ServerFlags` in `apigw_core::server`, [`LimitsFlags`] in `limits`,
+//! [`AuthnFlags`], [`AuthzFlags`], [`ProxyFlags`], [`RegistryFlags`], [`AvailabilityFlags`],
 //! [`FlowControlFlags`], [`ClusterFlags`], [`AuditFlags`]); here they are assembled
 //! (`flags.rs`), the file is read (`file.rs`), and the sections are read into settings in
 //! order ([`apigw_core::settings::Cx`] names where each came from).
