@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The extra key under which kube-apiserver names the credential a user authenticated with.
-pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+pub use apigw_request::CREDENTIAL_ID;
 
 /// A client certificate's credential ID as kube-apiserver's x509 authenticator gives it:
 /// `X509SHA256=` and the hex SHA-256 of the leaf's DER.

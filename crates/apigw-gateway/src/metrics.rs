@@ -150,7 +150,7 @@ impl Metrics {
         let l = labels.values();
         let code = code_label(code);
         self.requests
-            .with_label_values(&[l[0], l[1], l[2], l[3], l[4], l[5], &code])
+            .with_label_values(&[l[0], l[1], l[2], l[3], l[4], l[5], code])
             .inc();
         if let Some(seconds) = elapsed {
             self.latency.with_label_values(&l).observe(seconds);

@@ -5,7 +5,7 @@
 //! `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` and the `X-Forwarded-*` trio. Hop-by-hop
 //! headers are dropped as any proxy must (RFC 9110 §7.6.1), except an upgrade's own.
 
-use apigw_request::{Identity, IdentityHeaders};
+use apigw_request::{Identity, IdentityHeaders, CREDENTIAL_ID};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
@@ -68,12 +68,15 @@ pub struct Forwarded<'a> {
     pub impersonate_with: Option<&'a HeaderValue>,
 }
 
-/// The user, uid and group headers and the extra-header prefix of one scheme.
+/// The user, uid and group headers and the extra-header prefix of one scheme, and the header
+/// of the extra almost every identity carries ([`CREDENTIAL_ID`]), named once rather than
+/// escaped and parsed for every request.
 struct Names {
     user: HeaderName,
     uid: HeaderName,
     group: HeaderName,
     extra: &'static str,
+    credential_id: HeaderName,
 }
 
 /// The requestheader scheme.
@@ -82,6 +85,9 @@ static REQUEST_HEADER: Names = Names {
     uid: HeaderName::from_static("x-remote-uid"),
     group: HeaderName::from_static("x-remote-group"),
     extra: "x-remote-extra-",
+    credential_id: HeaderName::from_static(
+        "x-remote-extra-authentication.kubernetes.io%2fcredential-id",
+    ),
 };
 /// The names the proxy sends an identity under to backends (`x-remote-user`, `x-remote-uid`,
 /// `x-remote-group`, `x-remote-extra-`): what a backend's requestheader configuration must
@@ -101,6 +107,9 @@ const IMPERSONATE: Names = Names {
     uid: HeaderName::from_static("impersonate-uid"),
     group: HeaderName::from_static("impersonate-group"),
     extra: "impersonate-extra-",
+    credential_id: HeaderName::from_static(
+        "impersonate-extra-authentication.kubernetes.io%2fcredential-id",
+    ),
 };
 
 /// Strips every header `policy` names an identity header, then sets the identity and
@@ -136,14 +145,20 @@ pub fn set_identity(headers: &mut HeaderMap, fwd: &Forwarded<'_>, policy: &Ident
         append(headers, &names.group, value);
     }
     for (key, values) in &id.extra {
-        let name = format!("{}{}", names.extra, escape_extra_key(key));
-        match HeaderName::from_bytes(name.as_bytes()) {
-            Ok(name) => {
-                for value in values {
-                    append(headers, &name, value);
+        let name = if key == CREDENTIAL_ID {
+            names.credential_id.clone()
+        } else {
+            let name = format!("{}{}", names.extra, escape_extra_key(key));
+            match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(name) => name,
+                Err(_) => {
+                    dropped(&name);
+                    continue;
                 }
             }
-            Err(_) => dropped(&name),
+        };
+        for value in values {
+            append(headers, &name, value);
         }
     }
 
@@ -240,6 +255,15 @@ pub fn escape_extra_key(key: &str) -> percent_encoding::PercentEncode<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_credential_id_header_is_the_escaped_key_under_each_scheme() {
+        for names in [&REQUEST_HEADER, &IMPERSONATE] {
+            let escaped = format!("{}{}", names.extra, escape_extra_key(CREDENTIAL_ID));
+            let parsed = HeaderName::from_bytes(escaped.as_bytes()).expect("a header name");
+            assert_eq!(names.credential_id, parsed);
+        }
+    }
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

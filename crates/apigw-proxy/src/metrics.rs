@@ -50,7 +50,7 @@ impl BackendMetrics {
     /// Observes a backend's time to its response head.
     pub fn backend(&self, apiservice: &str, code: u16, seconds: f64) {
         self.latency
-            .with_label_values(&[apiservice, &code_label(code)])
+            .with_label_values(&[apiservice, code_label(code)])
             .observe(seconds);
     }
 

@@ -12,6 +12,10 @@ pub const ANONYMOUS_USER: &str = "system:anonymous";
 /// The group of requests without credentials when anonymous auth is on.
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 
+/// The extra key kube-apiserver gives a client certificate's identity (`X509SHA256=<hash>`),
+/// and with it most identities apigw forwards.
+pub const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+
 /// An authenticated user, as forwarded to backends in `X-Remote-*` headers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Identity {

@@ -13,6 +13,6 @@ mod policy;
 
 pub use attributes::{query_value, segments, Attributes};
 pub use headers::IdentityHeaders;
-pub use identity::{Identity, ANONYMOUS_USER, AUTHENTICATED, UNAUTHENTICATED};
+pub use identity::{Identity, ANONYMOUS_USER, AUTHENTICATED, CREDENTIAL_ID, UNAUTHENTICATED};
 pub use info::{RequestInfo, RequestKind};
 pub use policy::Policy;
