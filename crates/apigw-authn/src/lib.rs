@@ -227,7 +227,7 @@ impl Authenticator {
         headers: &http::HeaderMap,
         path: &str,
         peer: &PeerIdentity,
-    ) -> Result<Identity, Status> {
+    ) -> Result<Arc<Identity>, Status> {
         let refused = match self.authenticate_locally(headers, path, peer) {
             Ok(id) => return Ok(id),
             Err(status) => status,
@@ -248,7 +248,7 @@ impl Authenticator {
         // Boxed: signature checks and network round trips are rare next to local methods,
         // and would otherwise enlarge every request's future.
         match Box::pin(self.authenticate_token(token)).await {
-            Some(id) => Ok(id.authenticated()),
+            Some(id) => Ok(Arc::new(id.authenticated())),
             None => Err(refused),
         }
     }
@@ -264,17 +264,17 @@ impl Authenticator {
         headers: &http::HeaderMap,
         path: &str,
         peer: &PeerIdentity,
-    ) -> Result<Identity, Status> {
+    ) -> Result<Arc<Identity>, Status> {
         match &peer.sort {
             PeerSort::FrontProxy { .. } => {
                 if let Some(id) = self.identity_headers.identity(headers) {
                     self.success(attempts::Method::RequestHeader);
-                    return Ok(id.authenticated());
+                    return Ok(Arc::new(id.authenticated()));
                 }
             }
             PeerSort::User(id) => {
                 self.success(attempts::Method::X509);
-                return Ok(id.authenticated_clone());
+                return Ok(Arc::clone(id));
             }
             _ => {}
         }
@@ -282,17 +282,17 @@ impl Authenticator {
             return match self.tokens.as_ref().and_then(|t| t.load().lookup(token)) {
                 Some(id) => {
                     self.success(attempts::Method::TokenFile);
-                    Ok(id.authenticated())
+                    Ok(id)
                 }
                 None => Err(Status::unauthorized()),
             };
         }
         if self.anonymous.allows(path) {
             self.success(attempts::Method::Anonymous);
-            return Ok(Identity::new(
+            return Ok(Arc::new(Identity::new(
                 ANONYMOUS_USER,
                 vec![UNAUTHENTICATED.to_string()],
-            ));
+            )));
         }
         Err(Status::unauthorized())
     }

@@ -3,6 +3,7 @@
 
 use super::Identity;
 use std::path::Path;
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +21,8 @@ pub enum TokenFileError {
 #[derive(Debug, Clone)]
 struct Entry {
     token: Vec<u8>,
-    identity: Identity,
+    /// With `system:authenticated`, shared by every request that presents the token.
+    identity: Arc<Identity>,
 }
 
 /// The parsed token file.
@@ -86,14 +88,15 @@ impl TokenFile {
             identity.uid = (!uid.is_empty()).then(|| uid.to_string());
             entries.push(Entry {
                 token: token.as_bytes().to_vec(),
-                identity,
+                identity: Arc::new(identity.authenticated()),
             });
         }
         Ok(Self { entries })
     }
 
-    /// The identity of `token`. Every entry is compared, so timing does not reveal which matched.
-    pub fn lookup(&self, token: &str) -> Option<Identity> {
+    /// The identity of `token`, with `system:authenticated`. Every entry is compared, so timing
+    /// does not reveal which matched.
+    pub fn lookup(&self, token: &str) -> Option<Arc<Identity>> {
         let mut found = None;
         for entry in &self.entries {
             if bool::from(entry.token.as_slice().ct_eq(token.as_bytes())) {
@@ -115,6 +118,7 @@ impl TokenFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apigw_request::AUTHENTICATED;
 
     #[test]
     fn parses_kube_format() {
@@ -127,10 +131,10 @@ mod tests {
         let bob = t.lookup("s3cr3t").unwrap();
         assert_eq!(bob.user, "bob");
         assert_eq!(bob.uid.as_deref(), Some("uid-bob"));
-        assert_eq!(bob.groups, vec!["devs", "ops"]);
+        assert_eq!(bob.groups, vec!["devs", "ops", AUTHENTICATED]);
         let carol = t.lookup("other").unwrap();
         assert_eq!(carol.uid, None);
-        assert!(carol.groups.is_empty());
+        assert_eq!(carol.groups, vec![AUTHENTICATED]);
         assert!(t.lookup("s3cr3").is_none());
         assert!(t.lookup("").is_none());
     }

@@ -39,8 +39,9 @@ pub enum PeerSort {
     /// No certificate, or one no configured CA vouches for in this role.
     #[default]
     None,
-    /// A user certificate from `--client-ca-file`.
-    User(Identity),
+    /// A user certificate from `--client-ca-file`: its identity, with `system:authenticated`,
+    /// shared by every request of the connection.
+    User(Arc<Identity>),
     /// A front proxy from `--requestheader-client-ca-file` with an allowed CN.
     FrontProxy { cn: String },
 }
@@ -52,7 +53,7 @@ impl PeerIdentity {
 
     pub fn user(id: Identity) -> Self {
         Self {
-            sort: PeerSort::User(id),
+            sort: PeerSort::User(Arc::new(id.authenticated())),
         }
     }
 

@@ -21,6 +21,7 @@ use apigw_request::Attributes;
 use apigw_request::{Identity, ANONYMOUS_USER, AUTHENTICATED, UNAUTHENTICATED};
 use http::HeaderMap;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const AUTHENTICATION: &str = "authentication.k8s.io";
 const MASTERS: &str = "system:masters";
@@ -121,7 +122,7 @@ fn go_list(v: &[String]) -> String {
 /// impersonate for `request` (what the request does), or kube's refusal.
 pub async fn apply(
     authz: &Authorizer,
-    real: Identity,
+    real: Arc<Identity>,
     headers: &HeaderMap,
     request: &Attributes,
 ) -> Result<Applied, Status> {
@@ -157,10 +158,10 @@ pub async fn apply(
 #[derive(Debug)]
 pub enum Applied {
     /// No impersonation asked for: the real identity.
-    Real(Identity),
+    Real(Arc<Identity>),
     /// Asked for where the door leaves authorization to the backends: set aside, the request
     /// goes on as the real identity.
-    Ignored(Identity),
+    Ignored(Arc<Identity>),
     /// Granted: the identity to act as.
     As(Identity),
 }
@@ -476,8 +477,8 @@ subjects: [{kind: User, name: helper}]
         )
     }
 
-    fn user(name: &str) -> Identity {
-        Identity::new(name, vec![AUTHENTICATED.into()])
+    fn user(name: &str) -> Arc<Identity> {
+        Arc::new(Identity::new(name, vec![AUTHENTICATED.into()]))
     }
 
     async fn ask(
@@ -487,7 +488,8 @@ subjects: [{kind: User, name: helper}]
     ) -> Result<Identity, Status> {
         let applied = apply(authz, user(who), &headers(pairs), &get_flunder()).await?;
         Ok(match applied {
-            Applied::Real(id) | Applied::Ignored(id) | Applied::As(id) => id,
+            Applied::Real(id) | Applied::Ignored(id) => Identity::clone(&id),
+            Applied::As(id) => id,
         })
     }
 
@@ -592,7 +594,7 @@ subjects: [{kind: User, name: helper}]
             "{}",
             err.message()
         );
-        let root = Identity::new("root", vec![MASTERS.into()]);
+        let root = Arc::new(Identity::new("root", vec![MASTERS.into()]));
         let applied = apply(
             &open,
             root,

@@ -85,8 +85,8 @@ pub struct ChainDecision {
 /// the `Warning` header the client gets when its impersonation headers were set aside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acting {
-    pub identity: Identity,
-    pub real: Option<Identity>,
+    pub identity: Arc<Identity>,
+    pub real: Option<Arc<Identity>>,
     pub warning: Option<&'static str>,
 }
 
@@ -94,14 +94,14 @@ pub struct Acting {
 #[derive(Debug)]
 pub struct Refused {
     /// The identity the refused request acted as; None when it was not authenticated.
-    pub identity: Option<Box<Identity>>,
+    pub identity: Option<Arc<Identity>>,
     pub status: Status,
 }
 
 impl Refused {
-    pub fn of(identity: Identity, status: Status) -> Self {
+    pub fn of(identity: Arc<Identity>, status: Status) -> Self {
         Self {
-            identity: Some(Box::new(identity)),
+            identity: Some(identity),
             status,
         }
     }
@@ -319,7 +319,7 @@ impl Authorizer {
     /// impersonation is refused).
     pub async fn admit(
         &self,
-        real: Identity,
+        real: Arc<Identity>,
         headers: &HeaderMap,
         a: &Attributes,
     ) -> Result<Acting, Refused> {
@@ -330,7 +330,7 @@ impl Authorizer {
     /// Applies impersonation to the authenticated identity `real`: who the request acts as.
     pub async fn impersonate(
         &self,
-        real: Identity,
+        real: Arc<Identity>,
         headers: &HeaderMap,
         a: &Attributes,
     ) -> Result<Acting, Refused> {
@@ -350,8 +350,8 @@ impl Authorizer {
                 Ok(acting(real, None, Some(impersonation::IGNORED_WARNING)))
             }
             Ok(Applied::As(identity)) => {
-                let real = (identity != real).then_some(real);
-                Ok(acting(identity, real, None))
+                let real = (identity != *real).then_some(real);
+                Ok(acting(Arc::new(identity), real, None))
             }
             Err(status) => Err(Refused::of(real, status)),
         }
@@ -594,7 +594,7 @@ mod tests {
         let alice = Identity::new("alice", vec![]);
         let admitted = authz
             .admit(
-                alice.clone(),
+                alice.clone().into(),
                 &HeaderMap::new(),
                 &attrs(Method::GET, "/apis"),
             )
@@ -603,7 +603,7 @@ mod tests {
         assert_eq!(
             admitted,
             Acting {
-                identity: alice,
+                identity: alice.into(),
                 real: None,
                 warning: None,
             }
@@ -617,15 +617,15 @@ mod tests {
         let a = attrs(Method::GET, "/api/v1/nodes");
         let (authz, asked) = webhook(vec![AuthzMode::Webhook], Ok(decision(true, "")));
         let admitted = authz
-            .admit(bob.clone(), &HeaderMap::new(), &a)
+            .admit(bob.clone().into(), &HeaderMap::new(), &a)
             .await
             .unwrap();
-        assert_eq!(admitted.identity, bob);
+        assert_eq!(*admitted.identity, bob);
         assert_eq!(calls(&asked), 1);
 
         let (authz, _) = webhook(vec![AuthzMode::Webhook], Ok(decision(false, "no RBAC")));
         let refused = authz
-            .admit(bob.clone(), &HeaderMap::new(), &a)
+            .admit(bob.clone().into(), &HeaderMap::new(), &a)
             .await
             .unwrap_err();
         assert_eq!(refused.status.code(), http::StatusCode::FORBIDDEN);
@@ -639,7 +639,7 @@ mod tests {
         // naming the failure, as kube-apiserver's authorization filter answers.
         let (authz, asked) = webhook(vec![AuthzMode::Webhook], Err("unreachable"));
         let refused = authz
-            .admit(bob.clone(), &HeaderMap::new(), &a)
+            .admit(bob.clone().into(), &HeaderMap::new(), &a)
             .await
             .unwrap_err();
         assert_eq!(
@@ -657,13 +657,16 @@ mod tests {
             Err("unreachable"),
         );
         assert!(authz
-            .admit(bob.clone(), &HeaderMap::new(), &a)
+            .admit(bob.clone().into(), &HeaderMap::new(), &a)
             .await
             .is_ok());
 
         // Without `Webhook` among the modes the review is never asked.
         let (authz, asked) = webhook(vec![AuthzMode::AlwaysDeny], Ok(decision(true, "")));
-        assert!(authz.admit(bob, &HeaderMap::new(), &a).await.is_err());
+        assert!(authz
+            .admit(bob.into(), &HeaderMap::new(), &a)
+            .await
+            .is_err());
         assert_eq!(calls(&asked), 0);
     }
 
@@ -675,7 +678,7 @@ mod tests {
         h.insert("impersonate-user", "carol".parse().unwrap());
         let a = attrs(Method::GET, "/apis");
         // Carol herself is allowed nothing: refused as carol.
-        let refused = authz.admit(root.clone(), &h, &a).await.unwrap_err();
+        let refused = authz.admit(root.clone().into(), &h, &a).await.unwrap_err();
         assert_eq!(
             refused.identity.as_deref().map(|i| i.user.as_str()),
             Some("carol")
@@ -685,15 +688,18 @@ mod tests {
             "forbidden: User \"carol\" cannot get path \"/apis\": Everything is forbidden."
         );
         let open = Authorizer::new(vec![AuthzMode::AlwaysAllow], None).unwrap();
-        let admitted = open.admit(root.clone(), &h, &a).await.unwrap();
+        let admitted = open.admit(root.clone().into(), &h, &a).await.unwrap();
         assert_eq!(admitted.identity.user, "carol");
         assert_eq!(admitted.identity.groups, vec![apigw_request::AUTHENTICATED]);
-        assert_eq!(admitted.real, Some(root));
+        assert_eq!(admitted.real.as_deref(), Some(&root));
         // A refused impersonation is refused as the real user.
         let alice = Identity::new("alice", vec![]);
         let mut bad = HeaderMap::new();
         bad.insert("impersonate-group", "x".parse().unwrap());
-        let refused = open.admit(alice.clone(), &bad, &a).await.unwrap_err();
+        let refused = open
+            .admit(alice.clone().into(), &bad, &a)
+            .await
+            .unwrap_err();
         assert_eq!(refused.status.code(), http::StatusCode::BAD_REQUEST);
         assert_eq!(refused.identity.as_deref(), Some(&alice));
     }

@@ -765,7 +765,7 @@ mod tests {
             let id = reader(user);
             let a = a.clone();
             let authz = &authz;
-            async move { authz.admit(id, &HeaderMap::new(), &a).await }
+            async move { authz.admit(id.into(), &HeaderMap::new(), &a).await }
         };
         assert!(admit("ann", &list).await.is_ok(), "RBAC allows ann");
         let dan = admit("dan", &list).await.unwrap_err();

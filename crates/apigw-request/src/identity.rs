@@ -41,18 +41,4 @@ impl Identity {
         }
         self
     }
-
-    /// A copy with `system:authenticated`, its groups allocated once (every request of a
-    /// certificate-authenticated connection makes one).
-    pub fn authenticated_clone(&self) -> Self {
-        let mut groups = Vec::with_capacity(self.groups.len() + 1);
-        groups.extend(self.groups.iter().cloned());
-        Self {
-            user: self.user.clone(),
-            uid: self.uid.clone(),
-            groups,
-            extra: self.extra.clone(),
-        }
-        .authenticated()
-    }
 }

@@ -36,9 +36,9 @@ pub struct Record {
     /// The request as the gateway saw it before authentication.
     pub info: RequestInfo,
     /// The identity the request acted as, once authenticated.
-    pub identity: Option<Identity>,
+    pub identity: Option<Arc<Identity>>,
     /// The authenticated user, when `identity` is an impersonated one.
-    pub real: Option<Identity>,
+    pub real: Option<Arc<Identity>>,
     /// The `verb` label of the request metrics ([`crate::metrics::verb`]).
     pub metrics_verb: &'static str,
     /// The request's group version is one the gateway serves: its path may name the metric
@@ -159,8 +159,8 @@ impl Drop for Record {
             audit.auditor.record(&crate::audit::Request {
                 attrs: &self.info.attrs,
                 uri: &audit.uri,
-                identity: self.identity.as_ref(),
-                real: self.real.as_ref(),
+                identity: self.identity.as_deref(),
+                real: self.real.as_deref(),
                 source: self.info.client.ip(),
                 user_agent: audit.user_agent.as_deref(),
                 code,

@@ -148,7 +148,7 @@ impl Gateway {
         let mut warning = None;
         let result = match admitted {
             Err(refused) => {
-                record.identity = refused.identity.map(|b| *b);
+                record.identity = refused.identity;
                 Err(refused.status)
             }
             Ok((
