@@ -199,20 +199,10 @@ impl<'a> Cx<'a> {
 
     /// Names a setting where it was given: `--flag-name` or `file.yaml: flagName`.
     pub fn name(&self, flag: &str) -> String {
-        self.name_in(flag, self.in_file(flag))
-    }
-
-    /// Names a setting `--flag-name`, or `file.yaml: flagName` when `in_file`.
-    pub fn name_in(&self, flag: &str, in_file: bool) -> String {
-        match (in_file, self.file) {
+        match (self.in_file(flag), self.file) {
             (true, Some(file)) => format!("{}: {}", file.display(), camel(flag)),
             _ => format!("--{flag}"),
         }
-    }
-
-    /// The file `--config` named, if any.
-    pub fn config_file(&self) -> Option<&'a Path> {
-        self.file
     }
 
     /// A problem with `flag`, named where it was given.
