@@ -15,7 +15,7 @@
 //! - the standard `process_*` metrics (Linux), and the live tasks of the gateway's tokio
 //!   runtimes (read at each scrape; the soak watches it for leaks).
 
-use apigw_core::families::{code_label, counter, gauge, latency};
+use apigw_core::families::{counter, gauge, latency};
 use apigw_request::Attributes;
 use http::{HeaderMap, Method};
 use prometheus::{
@@ -148,7 +148,10 @@ impl Metrics {
     /// had one (`elapsed`; None: the client went away first).
     pub fn request(&self, labels: &RequestLabels<'_>, code: u16, elapsed: Option<f64>) {
         let l = labels.values();
-        let code = code_label(code);
+        // Its three digits from `http`'s table, not formatted per request (any code from 100
+        // to 999 is a `StatusCode`, 499 included; anything else, never made here, is `0`).
+        let status = http::StatusCode::from_u16(code).ok();
+        let code = status.as_ref().map_or("0", http::StatusCode::as_str);
         self.requests
             .with_label_values(&[l[0], l[1], l[2], l[3], l[4], l[5], code])
             .inc();
@@ -515,7 +518,10 @@ mod tests {
             authenticated: true,
         };
         m.request(&RequestLabels::new("LIST", &a, bound, 200), 200, Some(0.01));
-        m.backends.backend("v1.a.example.com", 200, 0.002);
+        m.backends
+            .backend("v1.a.example.com", http::StatusCode::OK, 0.002);
+        m.request(&RequestLabels::new("GET", &a, bound, 499), 499, None);
+        m.request(&RequestLabels::new("GET", &a, bound, 1000), 1000, None);
         let text = m.render();
         assert!(
             text.contains("aggregator_unavailable_apiservice{name=\"v1.a.example.com\"} 1"),
@@ -533,6 +539,11 @@ mod tests {
             text.contains("apigw_requests_total{code=\"200\",group=\"g\",resource=\"things\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\"} 1"),
             "{text}"
         );
+        // A code as its three digits, nginx's 499 among them; what is not one, as 0.
+        for code in ["499", "0"] {
+            let line = format!("apigw_requests_total{{code=\"{code}\",group=\"g\",resource=\"things\",scope=\"namespace\",subresource=\"\",verb=\"GET\",version=\"v1\"}} 1");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
         assert!(
             text.contains("apigw_request_duration_seconds_bucket{group=\"g\",resource=\"things\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\",le=\"1\"} 1"),
             "{text}"

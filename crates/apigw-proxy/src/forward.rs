@@ -99,11 +99,8 @@ impl Proxy {
             Err(e) => e.answered(),
         };
         if let Some(answered) = answered {
-            self.metrics.backend(
-                name,
-                answered.status.as_u16(),
-                answered.elapsed.as_secs_f64(),
-            );
+            self.metrics
+                .backend(name, answered.status, answered.elapsed.as_secs_f64());
         }
         match forwarded {
             Ok((res, _)) => Ok(res),

@@ -2,7 +2,7 @@
 //! response head, and further tries of a request, by APIService. Registered in the gateway's
 //! registry; the availability controller forgets an APIService's series when it leaves.
 
-use apigw_core::families::{code_label, counter, latency};
+use apigw_core::families::{counter, latency};
 use prometheus::{HistogramVec, IntCounterVec, Registry};
 
 /// The proxy's families (handles: cloning shares them).
@@ -48,9 +48,9 @@ impl BackendMetrics {
     }
 
     /// Observes a backend's time to its response head.
-    pub fn backend(&self, apiservice: &str, code: u16, seconds: f64) {
+    pub fn backend(&self, apiservice: &str, status: http::StatusCode, seconds: f64) {
         self.latency
-            .with_label_values(&[apiservice, code_label(code)])
+            .with_label_values(&[apiservice, status.as_str()])
             .observe(seconds);
     }
 
