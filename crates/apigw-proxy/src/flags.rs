@@ -127,4 +127,10 @@ impl ProxyFlags {
             http2_requests: self.backend_http2_requests,
         }
     }
+
+    /// None of these flags has a default to show: unset is off (or, for the service CA, the
+    /// system roots, which the help says).
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }

@@ -22,4 +22,9 @@ impl RegistryFlags {
         }
         Some(dir)
     }
+
+    /// No default: without a directory (and without cluster mode) no APIService is served.
+    pub fn defaults() -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }

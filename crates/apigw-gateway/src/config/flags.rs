@@ -23,7 +23,7 @@ use crate::cluster::ClusterFlags;
 use crate::limits::LimitsFlags;
 
 /// Lists each section of [`Flags`] once: the struct, laying flags over the file, and every
-/// section's file keys and defaults.
+/// section's file keys and defaults (each section has its `defaults()`, empty or not).
 macro_rules! sections {
     ($($section:ident: $ty:ty,)*) => {
         /// The flags of `apigw serve` and `apigw check`; the file holds the same, but `config`.
@@ -70,6 +70,12 @@ macro_rules! sections {
                 Ok(None)
             }
         }
+
+        /// Each flag with a default, by its argument id, and the default as a user would
+        /// write it.
+        pub fn defaults() -> Vec<(&'static str, String)> {
+            [$(<$ty>::defaults(),)*].concat()
+        }
     };
 }
 
@@ -86,23 +92,6 @@ sections! {
     flowcontrol: FlowControlFlags,
     log: LogFlags,
     audit: AuditFlags,
-}
-
-/// Each flag with a default, by its argument id, and the default as a user would write it.
-pub fn defaults() -> Vec<(&'static str, String)> {
-    [
-        ServingFlags::defaults(),
-        AuthnFlags::defaults(),
-        ClusterFlags::defaults(),
-        AuthzFlags::defaults(),
-        AvailabilityFlags::defaults(),
-        ServerFlags::defaults(),
-        LimitsFlags::defaults(),
-        FlowControlFlags::defaults(),
-        LogFlags::defaults(),
-        AuditFlags::defaults(),
-    ]
-    .concat()
 }
 
 apigw_core::section! {
