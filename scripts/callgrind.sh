@@ -22,46 +22,16 @@ for tool in valgrind callgrind_control curl; do
   command -v "$tool" >/dev/null || { echo "callgrind.sh needs $tool" >&2; exit 1; }
 done
 
-D=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$D"
-}
-trap cleanup EXIT
-
-"$BIN" certs dev --out "$D/pki" >/dev/null
-PKI=$D/pki
-GWPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-SPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$D/apiservices"
-cat >"$D/apiservices/wardle.json" <<EOF
-{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService",
- "metadata":{"name":"v1alpha1.wardle.example.com"},
- "spec":{"group":"wardle.example.com","version":"v1alpha1","groupPriorityMinimum":1000,
-  "versionPriority":15,"caBundle":"$(base64 -w0 "$PKI/addon-ca.crt")",
-  "service":{"name":"wardle-server","namespace":"wardle-namespace","port":443}}}
-EOF
-
-RUST_LOG=warn "$BIN" sample-apiserver --bind-address 127.0.0.1 --secure-port "$SPORT" \
-  --tls-cert-file "$PKI/wardle.crt" --tls-private-key-file "$PKI/wardle.key" \
-  --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" >"$D/sample.log" 2>&1 &
-PIDS+=($!)
-TOKIO_WORKER_THREADS=1 RUST_LOG=${APIGW_LOG:-warn} valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p" \
-  "$BIN" serve --bind-address 127.0.0.1 --secure-port "$GWPORT" \
-  --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
-  --client-ca-file "$PKI/client-ca.crt" \
-  --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key" \
-  --apiservice-dir "$D/apiservices" \
-  --resolve "wardle-server.wardle-namespace.svc:443=127.0.0.1:$SPORT" \
-  --availability-check-interval 1h --worker-threads 1 ${APIGW_ARGS:-} >"$D/gateway.log" 2>&1 &
-GPID=$!
-PIDS+=("$GPID")
+. "$(dirname "$0")/lib/pair.sh"
+pair_dir "$BIN"
+WRAP=(env TOKIO_WORKER_THREADS=1 "RUST_LOG=${APIGW_LOG:-warn}"
+  valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p")
+# shellcheck disable=SC2206 # APIGW_ARGS is split into flags, as documented above
+SERVE=(--client-ca-file "$PKI/client-ca.crt" ${APIGW_ARGS:-})
+pair_serve
 
 CLIENT=${CLIENT:-admin}
 C=(--cacert "$PKI/ca.crt" --cert "$PKI/$CLIENT.crt" --key "$PKI/$CLIENT.key")
-URL="https://127.0.0.1:$GWPORT/apis/wardle.example.com/v1alpha1/bench/payload?bytes=1024"
 for _ in $(seq 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "${C[@]}" "https://127.0.0.1:$GWPORT/readyz")" = 200 ] && break
   sleep 1

@@ -14,26 +14,17 @@ BIN=$(realpath "${1:-target/release/apigw}"); N=${2:-20000}
 for tool in h2load strace curl; do
   command -v "$tool" >/dev/null || { echo "h2-writes.sh needs $tool" >&2; exit 1; }
 done
-D=$(mktemp -d); PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill $p 2>/dev/null || true; done; wait 2>/dev/null; rm -rf $D' EXIT
-"$BIN" certs dev --out "$D/pki" >/dev/null; PKI=$D/pki
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-GWPORT=$(port); SPORT=$(port)
-mkdir -p "$D/apiservices"
-cat >"$D/apiservices/wardle.json" <<EOF
-{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService","metadata":{"name":"v1alpha1.wardle.example.com"},
- "spec":{"group":"wardle.example.com","version":"v1alpha1","groupPriorityMinimum":1000,"versionPriority":15,"caBundle":"$(base64 -w0 "$PKI/addon-ca.crt")",
-  "service":{"name":"wardle-server","namespace":"wardle-namespace","port":443}}}
-EOF
-echo 'benchtoken,dev-user,u1,' > "$D/tokens.csv"
-RUST_LOG=warn "$BIN" sample-apiserver --bind-address 127.0.0.1 --secure-port "$SPORT" --tls-cert-file "$PKI/wardle.crt" --tls-private-key-file "$PKI/wardle.key" --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" >"$D/sample.log" 2>&1 &
-PIDS+=($!)
-RUST_LOG=warn "$BIN" serve --bind-address 127.0.0.1 --secure-port "$GWPORT" --tls-cert-file "$PKI/serving.crt" --tls-private-key-file "$PKI/serving.key" \
-  --token-auth-file "$D/tokens.csv" --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key" \
-  --apiservice-dir "$D/apiservices" --resolve "wardle-server.wardle-namespace.svc:443=127.0.0.1:$SPORT" --availability-check-interval 1h --worker-threads 1 >"$D/gateway.log" 2>&1 &
-GPID=$!; PIDS+=($GPID)
-URL="https://127.0.0.1:$GWPORT/apis/wardle.example.com/v1alpha1/bench/payload?bytes=1024"
-for _ in $(seq 100); do [ "$(curl -sk -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer benchtoken' "$URL")" = 200 ] && break; sleep 0.3; done
+. "$(dirname "$0")/lib/pair.sh"
+pair_dir "$BIN"
+WRAP=(env RUST_LOG=warn)
+SERVE=(--token-auth-file "$D/tokens.csv")
+pair_serve
+ready=
+for _ in $(seq 100); do
+  [ "$(curl -sk -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer benchtoken' "$URL")" = 200 ] && ready=1 && break
+  sleep 0.3
+done
+[ -n "$ready" ] || { echo "the gateway did not answer 200 through to the backend; its log:" >&2; cat "$D/gateway.log" >&2; exit 1; }
 h2load -n 2000 -c 4 -m 8 -H 'Authorization: Bearer benchtoken' "$URL" >/dev/null
 strace -q -c -f -e trace=writev,write,sendto,sendmsg,recvfrom,read,epoll_wait -p "$GPID" -o "$D/strace" & SPID=$!
 sleep 0.5
