@@ -34,7 +34,7 @@ pub type RequestHeader = RequestHeaderSettings;
 /// Cluster-mode settings (the name before sections).
 pub type Cluster = ClusterSettings;
 
-use apigw_core::settings::{camel, in_dir, Cx};
+use apigw_core::settings::{camel, Cx};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -167,20 +167,12 @@ fn load(flags: &Flags, purpose: Purpose) -> Result<Checkable, Vec<ConfigError>> 
 /// configuration, and that its manifest directory exists, without looking at the certificate
 /// files it names: what `apigw dev` checks before it writes the dev PKI.
 pub fn check_config_file(path: &Path) -> Result<(), Vec<ConfigError>> {
-    let file = file::read_file(path)?.0;
-    match file.registry.apiservice_dir {
-        Some(dir) => {
-            let dir = path.parent().map_or(dir.clone(), |b| in_dir(b, &dir));
-            if dir.is_dir() {
-                Ok(())
-            } else {
-                Err(vec![ConfigError {
-                    at: format!("{}: apiserviceDir", path.display()),
-                    message: format!("{}: no such directory", dir.display()),
-                }])
-            }
-        }
-        None => Ok(()),
+    let (file, from_file) = Flags::default().over(file::read_file(path)?.0);
+    let mut cx = Cx::new(Some(path), from_file);
+    file.registry.settings(&mut cx);
+    match cx.finish() {
+        (problems, _) if problems.is_empty() => Ok(()),
+        (problems, _) => Err(problems),
     }
 }
 
