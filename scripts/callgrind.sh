@@ -25,7 +25,10 @@ done
 . "$(dirname "$0")/lib/pair.sh"
 pair_dir "$BIN"
 WRAP=(env TOKIO_WORKER_THREADS=1 "RUST_LOG=${APIGW_LOG:-warn}"
-  valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p")
+  valgrind --tool=callgrind --callgrind-out-file="$D/cg.%p"
+  # Names written out in every dump, so a kept dump reads alone (compressed names are defined
+  # only in the dump that first used them).
+  --compress-strings=no --compress-pos=no)
 # shellcheck disable=SC2206 # APIGW_ARGS is split into flags, as documented above
 SERVE=(--client-ca-file "$PKI/client-ca.crt" ${APIGW_ARGS:-})
 pair_serve
