@@ -73,31 +73,31 @@ def tests_of(binary):
     return [line[: -len(": test")] for line in listing.splitlines() if line.endswith(": test")]
 
 
+def label(target, names, module):
+    """`it upstream::one_test`, `it discovery:: (12 tests)` or `apigw_core (45 tests)`."""
+    if len(names) == 1:
+        return f"{target} {names[0]}"
+    return f"{target} {module + ':: ' if module else ''}({len(names)} tests)"
+
+
 def units(filters):
-    """The processes to run: (in the kubernetes group, package dir, binary, tests, time limit)."""
+    """The processes to run, the kubernetes group's and the rest, each as (package dir, binary,
+    tests, time limit, label)."""
     kubernetes, group_limit, limit = profile()
     group, rest = [], []
     for pkg, binary in binaries():
+        target = os.path.basename(binary).rsplit("-", 1)[0]
         names = [n for n in tests_of(binary) if not filters or any(f in n for f in filters)]
         modules = {}
         for name in names:
             if kubernetes.search(name):
-                group.append((True, pkg, binary, [name], group_limit))
+                group.append((pkg, binary, [name], group_limit, label(target, [name], "")))
             else:
                 # Integration tests by module; a crate's unit tests all together.
-                key = name.split("::")[0] if os.path.basename(binary).startswith("it-") else ""
-                modules.setdefault(key, []).append(name)
-        rest += [(False, pkg, binary, names, limit * len(names)) for names in modules.values()]
-    return group + rest
-
-
-def label(binary, names):
-    """`it upstream::one_test`, `it discovery:: (12 tests)` or `apigw_core (45 tests)`."""
-    target = os.path.basename(binary).rsplit("-", 1)[0]
-    if len(names) == 1:
-        return f"{target} {names[0]}"
-    module = names[0].split("::")[0] + ":: " if target == "it" else ""
-    return f"{target} {module}({len(names)} tests)"
+                modules.setdefault(name.split("::")[0] if target == "it" else "", []).append(name)
+        rest += [(pkg, binary, names, limit * len(names), label(target, names, module))
+                 for module, names in modules.items()]
+    return group, rest
 
 
 def main():
@@ -105,19 +105,18 @@ def main():
     if any(f.startswith("-") for f in filters):
         sys.exit("without cargo-nextest, scripts/test takes test-name filters only; "
                  "nextest's options need it: cargo install --locked cargo-nextest")
-    todo = units(filters)
-    if not todo:
+    group, others = units(filters)
+    processes = len(group) + len(others)
+    if not processes:
         sys.exit(f"no test name contains any of {filters}")
-    group = [u for u in todo if u[0]]
     rest = queue.Queue()
-    for unit in todo:
-        if not unit[0]:
-            rest.put(unit)
+    for unit in others:
+        rest.put(unit)
     lock = threading.Lock()
     failed, counted, running = [], [0], set()
 
     def run(unit):
-        _, pkg, binary, names, limit = unit
+        pkg, binary, names, limit, what = unit
         cmd = [binary, "--exact", "--test-threads=1", *names]
         # In a session of its own, so a timeout ends the servers the tests started too.
         proc = subprocess.Popen(cmd, cwd=pkg, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -131,7 +130,6 @@ def main():
             os.killpg(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
             ok, output = False, f"{output}\nkilled after {limit} s"
-        what = label(binary, names)
         with lock:
             running.discard(proc.pid)
             counted[0] += len(names)
@@ -165,10 +163,10 @@ def main():
                 os.killpg(pid, signal.SIGKILL)
         sys.exit(130)
     if failed:
-        print(f"{len(failed)} of {len(todo)} test processes failed ({counted[0]} tests):",
+        print(f"{len(failed)} of {processes} test processes failed ({counted[0]} tests):",
               *failed, sep="\n  ")
         sys.exit(1)
-    print(f"{counted[0]} tests passed in {len(todo)} processes "
+    print(f"{counted[0]} tests passed in {processes} processes "
           "(cargo test's binaries; no cargo-nextest here)")
 
 
